@@ -1,0 +1,174 @@
+"""Throughput of ppo_atari_envpool.py against its component bound and (optionally) CleanRL's script.
+
+    python benchmark/ppo_atari_throughput.py [--cleanrl PATH_TO_CLEANRL_CHECKOUT] [--iterations 12]
+
+Prints, side by side in one run (so machine noise hits all rows alike):
+  * the component bound: envpool random-action stepping + batch-N inference + the update's Adam steps,
+    timed alone and summed as a serial loop would spend them;
+  * ours at CleanRL's defaults (fp32, and --bf16), marginal SPS (first iteration excluded);
+  * CleanRL's ppo_atari_envpool.py at its defaults, patched in a temporary copy only so that it accepts
+    envpool 1.x's reset/step tuples (its own copy crashes at the first reset), timed the same way;
+  * SPS against --num-envs (8..256) and the peak memory of --num-envs 256 --num-steps 64.
+Run it with nothing else on the machine; compare ratios, not absolute numbers.
+"""
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
+sys.path.insert(0, os.path.join(HERE, ".."))
+from cleanrl_scaling.ppo_atari_envpool import Agent, Args, ppo_loss, make_envs  # noqa: E402
+
+
+def time_env(num_envs, steps=400):
+    envs = make_envs("Breakout-v5", num_envs, seed=0)
+    envs.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, envs.action_space.n, size=(steps, num_envs)).astype(np.int32)
+    for a in actions[:20]:
+        envs.step(a)
+    start = time.perf_counter()
+    for a in actions:
+        envs.step(a)
+    return (time.perf_counter() - start) / steps  # seconds per vector step
+
+
+def time_forward(agent, num_envs, reps=200):
+    obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        for _ in range(10):
+            agent(obs)
+        start = time.perf_counter()
+        for _ in range(reps):
+            agent(obs)
+    return (time.perf_counter() - start) / reps
+
+
+def time_update_step(agent, mb_size, bf16, reps=20):
+    args = Args()
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
+    obs = torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.randint(0, 4, (mb_size,))
+    vec = torch.randn(mb_size)
+    valid = torch.ones(mb_size)
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _ = ppo_loss(agent, obs, actions, -1.386 + 0 * vec, vec, vec, vec, valid, args)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
+        optimizer.step()
+    for _ in range(3):
+        step()
+    start = time.perf_counter()
+    for _ in range(reps):
+        step()
+    return (time.perf_counter() - start) / reps
+
+
+def component_bound(num_envs=8, num_steps=128, minibatches=4, epochs=4, channels_last=True, bf16=False):
+    agent = Agent(4, channels_last=channels_last)
+    if channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+    env_t = time_env(num_envs)
+    fwd_t = time_forward(agent, num_envs)
+    upd_t = time_update_step(agent, num_envs * num_steps // minibatches, bf16)
+    total = num_steps * (env_t + fwd_t) + epochs * minibatches * upd_t
+    return {"env_sps": num_envs / env_t, "forward_ms": fwd_t * 1e3, "update_step_ms": upd_t * 1e3,
+            "bound_sps": num_envs * num_steps / total}
+
+
+def marginal_sps(times_steps):
+    """SPS between the end of the first iteration and the last one (warm-up excluded)."""
+    (t0, s0), (t1, s1) = times_steps[0], times_steps[-1]
+    return (s1 - s0) / (t1 - t0)
+
+
+def run_ours(extra, iterations, num_envs=8, num_steps=128):
+    with tempfile.TemporaryDirectory() as runs:
+        cmd = [sys.executable, SCRIPT, "--runs-dir", runs, "--progress", "none", "--num-envs", str(num_envs),
+               "--num-steps", str(num_steps), "--total-timesteps", str(iterations * num_envs * num_steps)] + extra
+        out = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        peak_mb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr).group(1)) / 1024
+        run_dir = os.path.join(runs, os.listdir(runs)[0])
+        rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
+        return marginal_sps(points), peak_mb
+
+
+def patched_cleanrl(checkout, directory):
+    """CleanRL's script with only envpool 1.x's reset/step signatures adapted (nothing else changes)."""
+    source = open(os.path.join(checkout, "cleanrl", "ppo_atari_envpool.py")).read()
+    source = source.replace("observations = super().reset(**kwargs)", "observations, _ = super().reset(**kwargs)")
+    source = source.replace("observations, rewards, dones, infos = super().step(action)",
+                            "observations, rewards, term, trunc, infos = super().step(action)\n"
+                            "        dones = np.logical_or(term, trunc)")
+    path = os.path.join(directory, "cleanrl_ppo_atari_envpool.py")
+    open(path, "w").write(source)
+    return path
+
+
+def run_cleanrl(checkout, iterations):
+    """CleanRL prints cumulative SPS = step / (t - start) every iteration; recover each iteration's time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = patched_cleanrl(checkout, tmp)
+        out = subprocess.run([sys.executable, path, "--total-timesteps", str(iterations * 1024)], cwd=tmp,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        sps = [int(v) for v in re.findall(r"^SPS: (\d+)", out.stdout, re.M)]
+        points = [((i + 1) * 1024 / s, (i + 1) * 1024) for i, s in enumerate(sps)]
+        return marginal_sps(points)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
+    parser.add_argument("--iterations", type=int, default=12, help="iterations per timed run (first excluded)")
+    parser.add_argument("--sweep", default="8,32,64,128,256", help="num_envs values for the SPS sweep")
+    opts = parser.parse_args()
+    torch.manual_seed(0)
+
+    rows = []
+    bound = component_bound()
+    bound_bf16 = component_bound(bf16=True)
+    bound_default_layout = component_bound(channels_last=False)
+    print(f"components (8 envs x 128 steps, 4x4 minibatch steps of 256): envpool {bound['env_sps']:.0f} steps/s, "
+          f"forward {bound['forward_ms']:.2f} ms, update step {bound['update_step_ms']:.1f} ms channels-last fp32 / "
+          f"{bound_default_layout['update_step_ms']:.1f} ms default layout / {bound_bf16['update_step_ms']:.1f} ms bf16")
+    ours, _ = run_ours([], opts.iterations)
+    ours_bf16, _ = run_ours(["--bf16"], opts.iterations)
+    cleanrl = run_cleanrl(opts.cleanrl, opts.iterations) if opts.cleanrl else None
+    rows.append(("ours fp32 (defaults)", ours, bound["bound_sps"]))
+    rows.append(("ours --bf16", ours_bf16, bound_bf16["bound_sps"]))
+    if cleanrl:
+        rows.append(("CleanRL (defaults)", cleanrl, bound_default_layout["bound_sps"]))
+    print(f"\n{'run':<24}{'SPS':>8}{'bound':>8}{'of bound':>10}{'x CleanRL':>11}")
+    for name, sps, b in rows:
+        ratio = f"{sps / cleanrl:.2f}" if cleanrl else "-"
+        print(f"{name:<24}{sps:>8.0f}{b:>8.0f}{sps / b:>9.0%}{ratio:>11}")
+
+    print("\nSPS against --num-envs (--num-steps 128, 4 minibatches, 4 epochs; fp32):")
+    for n in [int(v) for v in opts.sweep.split(",")]:
+        sps, peak = run_ours([], max(3, opts.iterations // max(1, n // 32)), num_envs=n)
+        print(f"  num_envs {n:>4}: {sps:>7.0f} SPS, peak RSS {peak:.0f} MiB")
+    sps, peak = run_ours([], 4, num_envs=256, num_steps=64)
+    print(f"\n--num-envs 256 --num-steps 64: {sps:.0f} SPS, peak RSS {peak:.0f} MiB (target < 2048 MiB)")
+
+
+if __name__ == "__main__":
+    main()

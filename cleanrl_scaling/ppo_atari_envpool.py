@@ -1,0 +1,981 @@
+# PPO on Atari with envpool: CleanRL's ppo_atari_envpool.py plus the scaling flags and diagnostics of
+# B26 (beukman2026), M25 (mayor2025) and H25 (honari2025). Docs: docs/ppo_atari_envpool.md
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import tyro
+
+
+# >>> shared:run-args
+@dataclass
+class RunArgs:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, mirror the run to Weights and Biases (set WANDB_MODE=offline to work without an account)"""
+    wandb_project_name: str = "cleanrl_scaling"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    runs_dir: str = "runs"
+    """where run directories are created"""
+    save_model: bool = False
+    """if toggled, save the final model to the run directory and evaluate it"""
+    checkpoint_every: int = 0
+    """write a checkpoint every K iterations (0 = only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to resume from (continues in that checkpoint's run directory)"""
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    """progress display: a bar on a terminal, plain periodic lines otherwise (auto)"""
+# <<< shared:run-args
+
+
+# >>> shared:scaling-args
+@dataclass
+class ScalingArgs:
+    minibatch_size: int = 0
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
+    """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
+    base_num_envs: int = 0
+    """number of envs of the base configuration for the recipes (0 = this script's default --num-envs)"""
+    minibatch_multiplier: int = 16
+    """hybrid recipe: minibatch size x b, minibatches x s/b, lr x sqrt(b) (B26 App. D used b=16)"""
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"
+    """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
+    diagnostics_every: int = 20
+    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    diagnostics_states: int = 4096
+    """at most this many states of the rollout batch are used by the diagnostics"""
+    kl_profile: bool = True
+    """on diagnostic iterations, write the per-minibatch-step seq/ref KL to kl_profile.jsonl (H25 Fig. 2)"""
+# <<< shared:scaling-args
+
+
+@dataclass
+class Args(ScalingArgs, RunArgs):
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    capture_video: bool = False
+    """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
+    bf16: bool = False
+    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    channels_last: bool = True
+    """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    eval_episodes: int = 10
+    """episodes to evaluate the saved model on (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment (any envpool Atari id)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments (global count under torchrun)"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+    separate_encoders: bool = False
+    """actor and critic each get their own Nature-CNN trunk (M25 §5.2, Fig. 5)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+# >>> shared:errors
+class UsageError(Exception):
+    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
+
+
+def exit_usage(err: Exception) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+# <<< shared:errors
+
+
+# >>> shared:scaling
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def resolve_scaling(args) -> dict:
+    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
+    n, t = args.num_envs, args.num_steps
+    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
+    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
+    check(args.num_minibatches >= 1, f"--num-minibatches must be >= 1 (got {args.num_minibatches})")
+    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    batch = n * t
+    base_batch = base_envs * t
+    if args.minibatch_size > 0:  # an explicit size decides (and is the base size under a recipe)
+        base_mb = args.minibatch_size
+    else:
+        check(base_batch % args.num_minibatches == 0,
+              f"--num-minibatches {args.num_minibatches} does not divide the base batch {base_envs}x{t}; "
+              "choose a divisor or pass --minibatch-size")
+        base_mb = base_batch // args.num_minibatches
+    s = n / base_envs
+    lr = args.learning_rate
+    recipe = args.scaling_recipe
+    if recipe == "none":
+        mb = args.minibatch_size if args.minibatch_size > 0 else batch // args.num_minibatches
+        if args.minibatch_size <= 0:
+            check(batch % args.num_minibatches == 0,
+                  f"--num-minibatches {args.num_minibatches} does not divide the batch {n}x{t}={batch}")
+    else:
+        check(base_batch % base_mb == 0,
+              f"--minibatch-size {base_mb} does not divide the base batch {base_envs}x{t}={base_batch}")
+        b = args.minibatch_multiplier if recipe == "hybrid" else 1
+        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
+            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb = base_mb * b
+            lr = lr * math.sqrt(b)
+    check(mb >= 1 and batch % mb == 0,
+          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
+          "--minibatch-size or the recipe's --base-num-envs")
+    num_mb = batch // mb
+    if args.lr_scaling != "none":
+        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
+              f"--scaling-recipe {recipe}, which already scales the lr")
+        ratio = mb / base_mb
+        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
+            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+# <<< shared:scaling
+
+
+# >>> shared:rundir
+def package_versions() -> dict:
+    from importlib import metadata
+    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+        self.run_dir = run_dir
+        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
+        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        self.kl_profile = None
+        from tensorboard.summary import Writer
+        self.tb = Writer(run_dir)
+        self.wandb = None
+        if args.track:
+            import wandb
+            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
+                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
+        self.t0 = time.time()
+        self.total_steps = total_steps
+        self.last_return = float("nan")
+        mode = args.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.mode, self.last_line = mode, 0.0
+
+    def _truncate_after(self, iteration: int) -> None:
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if iteration == 0 or not os.path.exists(path):
+            return
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        atomic_write(path, "".join(kept).encode())
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if "charts/episodic_return" in scalars:
+            self.last_return = float(scalars["charts/episodic_return"])
+
+    def log_profile(self, row: dict) -> None:
+        if self.kl_profile is None:
+            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
+        self.kl_profile.write(json.dumps(row) + "\n")
+
+    def progress(self, step: int, sps: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(step, self.total_steps)
+            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.refresh()
+        elif self.mode == "lines" and time.time() - self.last_line > 10:
+            self.last_line = time.time()
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+
+    def flush(self) -> None:
+        self.metrics.flush()
+        if self.kl_profile is not None:
+            self.kl_profile.flush()
+        self.tb.flush()
+
+    def close(self, summary: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
+        if self.bar is not None:
+            self.bar.close()
+        self.flush()
+        self.metrics.close()
+        if self.kl_profile is not None:
+            self.kl_profile.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+# <<< shared:rundir
+
+
+# >>> shared:checkpoint
+def save_checkpoint(path: str, state: dict) -> None:
+    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_checkpoint(path: str, script: str, signature: dict) -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
+    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+    check(isinstance(state, dict) and state.get("script") == script,
+          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; resume it with that script")
+    for key, value in signature.items():
+        saved = state["signature"].get(key)
+        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+              f"pass --{key.replace('_', '-')} {saved}")
+    return state
+# <<< shared:checkpoint
+
+
+# >>> shared:diagnostics
+def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
+    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
+
+
+def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
+    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
+    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
+    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
+
+
+def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
+    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
+    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
+    def smallest_k(values):
+        total = values.sum()
+        if total <= 0:
+            return 0
+        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
+    return smallest_k(sigma ** 2), smallest_k(sigma)
+
+
+def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
+    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
+    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
+    scores = []
+    for h in activations:
+        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
+        layer_mean = per_unit.mean()
+        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
+    scores = np.concatenate(scores)
+    return {tau: float(np.mean(scores <= tau)) for tau in taus}
+
+
+def log_grad_kurtosis(grad: np.ndarray) -> float:
+    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
+    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
+    centred = x - x.mean()
+    var = np.mean(centred ** 2)
+    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
+
+
+def ess_pct(log_ratio: np.ndarray) -> float:
+    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
+    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
+    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
+
+
+def policy_variance(outputs: np.ndarray) -> float:
+    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
+    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
+
+
+def kl_profile(kl_between) -> tuple:
+    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
+    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
+    num_steps = kl_between.num_policies - 1
+    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
+    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
+    return seq, ref
+
+# <<< shared:diagnostics
+
+
+def flat_numpy(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment and agent
+# ---------------------------------------------------------------------------------------------------------
+def import_envpool():
+    with contextlib.redirect_stderr(io.StringIO()):  # envpool imports the old gym, which prints a notice
+        import envpool
+    return envpool
+
+
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
+    envpool = import_envpool()
+    # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                        episodic_life=train, reward_clip=train)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def nature_cnn() -> nn.Sequential:
+    return nn.Sequential(
+        layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+        nn.Flatten(),
+        layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+    )
+
+
+class Agent(nn.Module):
+    def __init__(self, num_actions: int, separate_encoders: bool = False, channels_last: bool = False):
+        super().__init__()
+        self.channels_last = channels_last
+        self.network = nature_cnn()
+        self.critic_network = nature_cnn() if separate_encoders else None  # M25 §5.2
+        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def forward(self, obs):
+        """uint8 frames [B, 4, 84, 84] -> (logits, value)."""
+        x = obs.float() / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        hidden = self.network(x)
+        critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
+        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+
+    def trunk_activations(self, obs, critic: bool = False) -> list:
+        """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics)."""
+        x = obs.float() / 255.0
+        outputs = []
+        for layer in (self.critic_network if critic else self.network):
+            x = layer(x)
+            if isinstance(layer, nn.ReLU):
+                outputs.append(x)
+        return outputs
+
+
+def sample_actions(logits: torch.Tensor) -> tuple:
+    """Gumbel-max sampling: the same distribution as Categorical(logits).sample(), without its overhead."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    noise = torch.empty_like(logp_all).exponential_().log_()
+    actions = torch.argmax(logp_all - noise, dim=-1)
+    return actions, logp_all.gather(-1, actions[:, None]).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout, advantages and update
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Storage:
+    obs: torch.Tensor  # uint8 [T, N, 4, 84, 84]
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor  # obs[t] ends an episode (life): the env ignores actions[t] and resets
+    terminations: torch.Tensor  # obs[t] is terminal (no bootstrap); a truncation bootstraps from V(obs[t])
+    values: torch.Tensor
+
+
+def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((num_steps, num_envs) + shape, dtype=dtype, device=device)
+    return Storage(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), logprobs=zeros(),
+                   rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
+
+
+class EpisodeStats:
+    """Whole-game return (all lives, unclipped reward) and length, reset on game over or truncation."""
+
+    def __init__(self, num_envs):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, info, truncated) -> list:
+        self.returns += info["reward"]
+        game_over = np.logical_or(info["terminated"].astype(bool), truncated)
+        finished = [(float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[game_over] = 0.0
+        return finished
+
+
+def collect_rollout(envs, agent, storage, state, stats, args, device, autocast):
+    """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
+    next_obs, next_done, next_term = state
+    finished = []
+    for step in range(args.num_steps):
+        storage.obs[step] = next_obs
+        storage.dones[step] = next_done
+        storage.terminations[step] = next_term
+        with torch.no_grad(), autocast():
+            logits, value = agent(next_obs)
+            action, logprob = sample_actions(logits.float())
+        storage.values[step] = value.float()
+        storage.actions[step] = action
+        storage.logprobs[step] = logprob
+        obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
+        finished += stats.update(info, trunc)
+        storage.rewards[step] = torch.as_tensor(reward, device=device)
+        next_obs = torch.as_tensor(obs_np, device=device)
+        next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
+        next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+    return finished, (next_obs, next_done, next_term)
+
+
+def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
+    """GAE (Schulman et al. 2016) with envpool's auto-reset: dones[t+1] marks obs[t+1] as the last of its
+    episode, so the trace stops there; only a termination (not a truncation) drops the bootstrap V(obs[t+1])."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            v_next, done_next, term_next = next_value, next_done, next_term
+        else:
+            v_next, done_next, term_next = values[t + 1], dones[t + 1], terminations[t + 1]
+        delta = rewards[t] + gamma * v_next * (1.0 - term_next) - values[t]
+        lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, averaged over valid samples
+    (a step whose action envpool ignored, right after a done, carries no learning signal)."""
+    logits, newvalue = agent(mb_obs)
+    logits, newvalue = logits.float(), newvalue.float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    newlogprob = logp_all.gather(-1, mb_actions[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+    count = mb_valid.sum().clamp(min=1.0)
+    def mean(x):
+        return (x * mb_valid).sum() / count
+    with torch.no_grad():
+        old_approx_kl = mean(-logratio)
+        approx_kl = mean((ratio - 1) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
+    if args.norm_adv:
+        adv_mean = mean(mb_advantages)
+        adv_std = torch.sqrt(mean((mb_advantages - adv_mean) ** 2) * count / (count - 1).clamp(min=1.0))
+        mb_advantages = (mb_advantages - adv_mean) / (adv_std + 1e-8)
+    pg_loss = mean(torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
+    if args.clip_vloss:
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * mean(torch.max((newvalue - mb_returns) ** 2, (v_clipped - mb_returns) ** 2))
+    else:
+        v_loss = 0.5 * mean((newvalue - mb_returns) ** 2)
+    entropy_loss = mean(entropy)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
+    return loss, stats
+
+
+def allreduce_gradients(agent, world_size):
+    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
+    grads = [p.grad for p in agent.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None):
+    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
+    n = b_obs.shape[0]
+    stat_sum = torch.zeros(6, device=b_obs.device)
+    grad_norm_sum = torch.zeros((), device=b_obs.device)
+    steps = 0
+    for epoch in range(args.update_epochs):
+        perm = torch.randperm(n, device=b_obs.device)
+        for start in range(0, n, mb_size):
+            idx = perm[start:start + mb_size]
+            with autocast():
+                loss, stats = ppo_loss(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
+                                       b_returns[idx], b_values[idx], b_valid[idx], args)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if world_size > 1:
+                allreduce_gradients(agent, world_size)
+            if probe is not None and steps == 0:
+                probe.first_gradient(agent)
+            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stat_sum += stats
+            steps += 1
+            if probe is not None:
+                probe.after_step(agent)
+        if args.target_kl is not None:
+            approx_kl = stats[4].clone()
+            if world_size > 1:  # every rank must take the same decision
+                dist.all_reduce(approx_kl, op=dist.ReduceOp.SUM)
+                approx_kl /= world_size
+            if approx_kl.item() > args.target_kl:
+                break
+    return stat_sum / steps, grad_norm_sum / steps, steps
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# ---------------------------------------------------------------------------------------------------------
+class DiagnosticProbe:
+    def __init__(self, agent, obs, actions, autocast):
+        self.obs, self.actions, self.autocast = obs, actions, autocast
+        self.params_before = [p.detach().clone() for p in agent.parameters()]
+        self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
+        self.grad = None
+
+    def policy_logp(self, agent) -> np.ndarray:
+        with torch.no_grad(), self.autocast():
+            logits, _ = agent(self.obs)
+        return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+    def first_gradient(self, agent):
+        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
+
+    def after_step(self, agent):
+        self.logps.append(self.policy_logp(agent))
+
+    def __call__(self, i, j):
+        return categorical_kl(self.logps[i], self.logps[j])
+
+    @property
+    def num_policies(self):
+        return len(self.logps)
+
+    def results(self, agent, batch_size, grad_norm) -> tuple:
+        logp_behavior, logp_after = self.logps[0], self.logps[-1]
+        kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
+        seq, ref = kl_profile(self)
+        acts = self.actions.cpu().numpy()
+        log_ratio = np.take_along_axis(logp_after - logp_behavior, acts[:, None], axis=1)[:, 0]
+        out = {
+            "diagnostics/kl_behavior": kl_behavior,
+            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+            "diagnostics/seq_kl_mean": float(np.mean(seq)),
+            "diagnostics/ref_kl_mean": float(np.mean(ref)),
+            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
+            "diagnostics/grad_norm": float(grad_norm),
+            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
+            "diagnostics/ess_pct": ess_pct(log_ratio),
+            "diagnostics/policy_variance": policy_variance(np.exp(logp_after)),
+            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
+        }
+        trunks = [("", False)] + ([("critic_", True)] if agent.critic_network is not None else [])
+        for prefix, critic in trunks:
+            with torch.no_grad():
+                acts_h = [h.float().cpu().numpy() for h in agent.trunk_activations(self.obs, critic)]
+            rank, srank = feature_ranks(acts_h[-1])
+            dormant = dormant_fractions(acts_h)
+            out[f"diagnostics/{prefix}feature_rank"] = rank
+            out[f"diagnostics/{prefix}srank"] = srank
+            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+        if agent.critic_network is not None:
+            actor_params = [p for n, p in agent.named_parameters() if not n.startswith("critic")]
+            critic_params = [p for n, p in agent.named_parameters() if n.startswith("critic")]
+            out["diagnostics/actor_weight_norm"] = float(np.linalg.norm(flat_numpy(actor_params)))
+            out["diagnostics/critic_weight_norm"] = float(np.linalg.norm(flat_numpy(critic_params)))
+        return out, seq, ref
+
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation of a saved model (game score: no episodic life, no reward clipping)
+# ---------------------------------------------------------------------------------------------------------
+def evaluate(model_path, env_id, eval_episodes, separate_encoders, device, seed):
+    envs = make_envs(env_id, eval_episodes, seed, train=False)
+    agent = Agent(envs.action_space.n, separate_encoders).to(device)
+    agent.load_state_dict(torch.load(model_path, map_location=device))
+    obs, _ = envs.reset()
+    returns = np.zeros(eval_episodes)
+    episode_returns = np.full(eval_episodes, np.nan)
+    while np.isnan(episode_returns).any():
+        with torch.no_grad():
+            logits, _ = agent(torch.as_tensor(obs, device=device))
+            action, _ = sample_actions(logits)
+        obs, reward, term, trunc, info = envs.step(action.cpu().numpy())
+        returns += reward
+        ended = np.logical_or(term, trunc) & np.isnan(episode_returns)
+        episode_returns[ended] = returns[ended]
+    envs.close()
+    return episode_returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_atari_envpool"
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    envpool = import_envpool()
+    atari_ids = [e for e in envpool.list_all_envs() if e.endswith("-v5") and not e.startswith(("Procgen", "dm_"))]
+    check(args.env_id in atari_ids, f"--env-id {args.env_id!r} is not an envpool Atari id (e.g. Breakout-v5, Pong-v5)")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
+    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
+    check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check(args.num_envs % world_size == 0,
+          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)
+    check(scaling["minibatch_size"] % world_size == 0,
+          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    check(args.total_timesteps >= scaling["batch_size"],
+          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
+    return {"env_id": args.env_id, "separate_encoders": args.separate_encoders, "num_envs": args.num_envs,
+            "num_steps": args.num_steps}
+
+
+def main():
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    # Data parallelism: each rank runs num_envs / world envs and averages gradients (SPEC §7)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    local_envs = args.num_envs // world_size
+    local_mb = scaling["minibatch_size"] // world_size
+    if rank == 0:
+        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
+
+    # Seeding (the agent's initial weights are the same on every rank; sampling differs per rank)
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # Envs (envpool cannot save its state: a resumed run restarts them with a fresh seed, SPEC §6)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
+    envs = make_envs(args.env_id, local_envs, env_seed)
+    if ckpt and rank == 0:
+        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
+
+    # Agent and optimizer
+    agent = Agent(envs.action_space.n, args.separate_encoders, args.channels_last).to(device)
+    if args.channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    torch.manual_seed(args.seed + rank)
+    if ckpt:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        rng = ckpt["rng"][rank]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if device.type == "cuda" and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+
+    # Run directory (rank 0 logs and checkpoints)
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
+    stop = StopFlag()
+
+    # Storage
+    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    stats = EpisodeStats(local_envs)
+    obs_np, _ = envs.reset()
+    zeros = torch.zeros(local_envs, device=device)
+    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)
+
+    global_step = ckpt["global_step"] if ckpt else 0
+    wall_offset = ckpt["wall_time"] if ckpt else 0.0
+    start_time, timed_steps, timed_from = time.time(), 0, None
+    status, iteration = "finished", start_iteration
+
+    def checkpoint(iteration):
+        rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                 "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}]
+        if world_size > 1:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, rngs[0])
+            rngs = gathered
+        if rank == 0:
+            save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+                "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+                "wall_time": wall_offset + time.time() - start_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+                "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
+                "optimizer": optimizer.state_dict(), "rng": rngs})
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        agent.eval()
+        finished, state = collect_rollout(envs, agent, storage, state, stats, args, device, autocast)
+        global_step += args.batch_size
+
+        with torch.no_grad(), autocast():
+            _, next_value = agent(state[0])
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
+                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+
+        # Flatten the batch; a step right after a done was ignored by the env and is masked out
+        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
+                 returns.reshape(-1), storage.values.reshape(-1), 1.0 - storage.dones.reshape(-1))
+
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        probe = None
+        if diag_now:
+            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
+            probe = DiagnosticProbe(agent, b_obs[idx], batch[1][idx], autocast)
+
+        agent.train()
+        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe)
+
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        loss_stats = loss_stats.cpu().numpy()
+        if not (np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())):
+            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
+                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+
+        if rank == 0:
+            now = time.time()
+            if timed_from is None:  # SPS excludes the first iteration (warm-up)
+                timed_from, timed_steps = now, 0
+            else:
+                timed_steps += args.batch_size
+            sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
+            for ep_return, ep_length in finished:
+                logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
+            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
+            var_y = np.var(y_true)
+            scalars = {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "charts/SPS": sps,
+                "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
+                "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
+                "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+            }
+            if probe is not None:
+                diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
+                scalars.update(diag)
+                if args.kl_profile:
+                    logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
+            logger.log(global_step, iteration, scalars)
+            logger.progress(global_step, sps)
+
+        if stop.signum:
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration)
+        if rank == 0:
+            logger.flush()
+        if status == "interrupted":
+            break
+
+    envs.close()
+    if status == "finished":
+        checkpoint(iteration)
+    elapsed = time.time() - start_time
+    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else global_step / max(elapsed, 1e-9)
+    if rank == 0:
+        summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+                   "SPS_with_warmup": (global_step - (ckpt["global_step"] if ckpt else 0)) / max(elapsed, 1e-9)}
+        if args.save_model and status == "finished":
+            model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+            torch.save({k: v.cpu() for k, v in agent.state_dict().items()}, model_path)
+            episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.separate_encoders, device, args.seed + 10_000)
+            for i, ep_return in enumerate(episodic_returns):
+                logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
+            summary["eval_mean_return"] = float(np.mean(episodic_returns))
+            print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} episodes")
+        logger.close(summary)
+        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
+        if status == "interrupted":
+            print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
+    if world_size > 1:
+        dist.destroy_process_group()
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+if __name__ == "__main__":
+    main()

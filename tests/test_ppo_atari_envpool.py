@@ -1,0 +1,409 @@
+"""ppo_atari_envpool.py: the math against hand-computed values, then end-to-end runs of the script."""
+import json
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "ppo_atari_envpool.py")
+sys.path.insert(0, ROOT)
+from cleanrl_scaling import ppo_atari_envpool as m  # noqa: E402
+
+TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+        "--progress", "none"]
+
+
+def run(args, tmp_path, timeout=180, env=None, check=True):
+    cmd = [sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs")] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                         env={**os.environ, **(env or {})})
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def run_dirs(tmp_path):
+    return sorted((tmp_path / "runs").iterdir())
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+
+
+# ------------------------------------------------------------------------------------------------ math
+def test_gae_by_hand_with_termination_truncation_and_reset_steps():
+    gamma, lam = 0.9, 0.5
+    # one env, 4 steps; obs[2] is terminal (dones[2]=terms[2]=1): the env ignores action 2 and resets
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [3.0]])
+    values = torch.tensor([[0.5], [1.0], [9.0], [2.0]])
+    dones = torch.tensor([[0.0], [0.0], [1.0], [0.0]])
+    terms = dones.clone()
+    next_value, next_done, next_term = torch.tensor([4.0]), torch.tensor([1.0]), torch.tensor([0.0])  # truncated
+    adv, ret = m.compute_advantages(rewards, values, dones, terms, next_value, next_done, next_term, gamma, lam)
+    d3 = 3.0 + gamma * 4.0 - 2.0  # truncation: bootstrap from V(obs after step 3), trace stops
+    a3 = d3
+    d2 = 0.0 + gamma * 2.0 - 9.0  # the reset step (masked in the loss), trace continues into step 3
+    a2 = d2 + gamma * lam * a3
+    d1 = 2.0 + gamma * 9.0 * 0.0 - 1.0  # leads to a terminal obs: no bootstrap, trace cut
+    a1 = d1
+    d0 = 1.0 + gamma * 1.0 - 0.5
+    a0 = d0 + gamma * lam * a1
+    expected = torch.tensor([[a0], [a1], [a2], [a3]])
+    assert torch.allclose(adv, expected, atol=1e-6)
+    assert torch.allclose(ret, expected + values, atol=1e-6)
+
+
+def test_gae_matches_cleanrl_recursion_without_dones():
+    g = torch.Generator().manual_seed(0)
+    rewards, values = torch.randn(7, 3, generator=g), torch.randn(7, 3, generator=g)
+    zeros = torch.zeros(7, 3)
+    next_value = torch.randn(3, generator=g)
+    adv, _ = m.compute_advantages(rewards, values, zeros, zeros, next_value, torch.zeros(3), torch.zeros(3), 0.99, 0.95)
+    # independent route: A_t = sum_k (gamma lam)^k delta_{t+k}
+    v_ext = torch.cat([values, next_value[None]])
+    delta = rewards + 0.99 * v_ext[1:] - v_ext[:-1]
+    for t in range(7):
+        expected = sum((0.99 * 0.95) ** k * delta[t + k] for k in range(7 - t))
+        assert torch.allclose(adv[t], expected, atol=1e-5)
+
+
+def test_categorical_kl_by_hand():
+    p, q = np.array([[0.5, 0.5]]), np.array([[0.9, 0.1]])
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert m.categorical_kl(np.log(p), np.log(q))[0] == pytest.approx(expected)
+    assert m.categorical_kl(np.log(p), np.log(p))[0] == pytest.approx(0.0)
+
+
+def test_gaussian_kl_against_monte_carlo():
+    rng = np.random.default_rng(0)
+    mu_p, ls_p, mu_q, ls_q = np.array([0.3, -1.0]), np.array([-0.2, 0.1]), np.array([0.0, -0.5]), np.array([0.1, -0.3])
+    x = mu_p + np.exp(ls_p) * rng.standard_normal((400_000, 2))
+    log_p = scipy.stats.norm.logpdf(x, mu_p, np.exp(ls_p)).sum(-1)
+    log_q = scipy.stats.norm.logpdf(x, mu_q, np.exp(ls_q)).sum(-1)
+    assert m.gaussian_kl(mu_p, ls_p, mu_q, ls_q) == pytest.approx(np.mean(log_p - log_q), abs=5e-3)
+
+
+def test_feature_ranks_on_known_singular_values():
+    rng = np.random.default_rng(1)
+    u, _ = np.linalg.qr(rng.standard_normal((50, 6)))
+    v, _ = np.linalg.qr(rng.standard_normal((8, 6)))
+    sigma = np.array([10.0, 5.0, 2.0, 0.5, 0.01, 0.0])
+    features = u @ np.diag(sigma) @ v.T
+    # sigma^2 = 100, 25, 4, .25, 1e-4 (sum 129.2501): two keep 96.7%, three keep 99.8% -> 3
+    # sigma = 10, 5, 2, .5, .01 (sum 17.51): three keep 97.1%, four keep 99.94% -> 4
+    assert m.feature_ranks(features) == (3, 4)
+    assert m.feature_ranks(np.zeros((5, 4))) == (0, 0)
+
+
+def test_dormant_fractions_with_known_dead_units():
+    rng = np.random.default_rng(2)
+    dense = np.abs(rng.standard_normal((100, 10))) + 1.0
+    dense[:, :2] = 0.0  # two dead units
+    dense[:, 2] = 0.05 * dense[:, 2].mean()  # one nearly dead: score ~0.05/ (8.05/10) ~ 0.06
+    conv = np.ones((100, 4, 3, 3))
+    conv[:, 0] = 0.0  # one dead channel of four
+    fr = m.dormant_fractions([dense, conv])
+    assert fr[0.0] == pytest.approx(3 / 14)
+    assert fr[0.025] == pytest.approx(3 / 14)
+    assert fr[0.1] == pytest.approx(4 / 14)
+
+
+def test_log_grad_kurtosis_matches_scipy():
+    g = np.random.default_rng(3).standard_normal(10_000) * 1e-3
+    expected = scipy.stats.kurtosis(np.log(np.abs(g) + 1e-12), fisher=False)
+    assert m.log_grad_kurtosis(g) == pytest.approx(expected, rel=1e-9)
+
+
+def test_ess_pct():
+    assert m.ess_pct(np.full(64, 0.3)) == pytest.approx(100.0)  # equal ratios: every sample counts
+    one_hot = np.full(10, -1e3)
+    one_hot[4] = 0.0
+    assert m.ess_pct(one_hot) == pytest.approx(10.0)  # one sample carries all the weight: 1/M
+    w = np.array([1.0, 2.0, 3.0])
+    assert m.ess_pct(np.log(w)) == pytest.approx(100 * 36 / (3 * 14))
+
+
+def test_policy_variance_by_hand():
+    probs = np.array([[0.2, 0.8], [0.6, 0.4]])  # var of each column across states: 0.04 and 0.04
+    assert m.policy_variance(probs) == pytest.approx(0.04)
+
+
+def test_kl_profile_indices():
+    class Fake:  # "policies" are numbers; KL(i || j) = 10 i + j per state
+        num_policies = 4
+        def __call__(self, i, j):
+            return np.array([10.0 * i + j, 10.0 * i + j])
+    seq, ref = m.kl_profile(Fake())
+    assert seq == [10.0, 21.0, 32.0]  # KL(pi_j || pi_{j-1}), j = 1..3
+    assert ref == [30.0, 31.0, 32.0]  # KL(pi_3 || pi_j), j = 0..2
+
+
+def test_gumbel_max_sampling_matches_softmax():
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).repeat(100_000, 1)
+    actions, logp = m.sample_actions(logits)
+    freq = torch.bincount(actions, minlength=4).float() / len(actions)
+    assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.3, 0.4]), atol=0.006)
+    assert torch.allclose(logp, torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4]))[actions], atol=1e-6)
+
+
+def test_masked_samples_do_not_move_the_loss():
+    torch.manual_seed(0)
+    agent = m.Agent(4)
+    args = m.Args()
+    obs = torch.randint(0, 255, (6, 4, 84, 84), dtype=torch.uint8)
+    acts, vec = torch.randint(0, 4, (6,)), torch.randn(6)
+    valid = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    loss_a, _ = m.ppo_loss(agent, obs, acts, -1.4 + 0 * vec, vec, vec, vec, valid, args)
+    vec2 = vec.clone()
+    vec2[4:] = 1e3  # garbage advantages/returns on masked samples
+    loss_b, _ = m.ppo_loss(agent, obs, acts, -1.4 + 0 * vec, vec2, vec2, vec, valid, args)
+    assert loss_a.item() == pytest.approx(loss_b.item(), rel=1e-6)
+
+
+def test_episode_stats_whole_game_several_per_step_and_truncation():
+    stats = m.EpisodeStats(3)
+    info = {"reward": np.array([1.0, 2.0, 5.0]), "terminated": np.array([0, 0, 0]), "elapsed_step": np.array([1, 1, 1])}
+    assert stats.update(info, np.array([False, False, False])) == []
+    info = {"reward": np.array([10.0, 0.0, 1.0]), "terminated": np.array([1, 0, 1]), "elapsed_step": np.array([2, 2, 2])}
+    assert stats.update(info, np.array([False, True, False])) == [(11.0, 2), (2.0, 2), (6.0, 2)]
+    info = {"reward": np.array([1.0, 1.0, 1.0]), "terminated": np.array([0, 0, 0]), "elapsed_step": np.array([1, 1, 1])}
+    assert stats.update(info, np.array([False, False, False])) == [] and list(stats.returns) == [1.0, 1.0, 1.0]
+
+
+# ------------------------------------------------------------------------------------------------ scaling
+def resolve(**kw):
+    args = m.Args(**kw)
+    return m.resolve_scaling(args)
+
+
+@pytest.mark.parametrize("kw, mb, nmb, lr", [
+    (dict(), 256, 4, 2.5e-4),
+    (dict(minibatch_size=128), 128, 8, 2.5e-4),
+    (dict(num_envs=64, scaling_recipe="more-minibatches"), 256, 32, 2.5e-4),
+    (dict(num_envs=64, scaling_recipe="larger-minibatches"), 2048, 4, 2.5e-4),
+    (dict(num_envs=32, scaling_recipe="sqrt-lr"), 1024, 4, 5e-4),
+    (dict(num_envs=256, scaling_recipe="hybrid", minibatch_multiplier=4), 1024, 32, 5e-4),
+    (dict(num_envs=32, lr_scaling="sqrt"), 1024, 4, 5e-4),
+    (dict(num_envs=32, lr_scaling="linear"), 1024, 4, 1e-3),
+    (dict(num_envs=64, base_num_envs=16, scaling_recipe="more-minibatches", minibatch_size=512), 512, 16, 2.5e-4),
+])
+def test_recipe_arithmetic(kw, mb, nmb, lr):
+    r = resolve(**kw)
+    assert (r["minibatch_size"], r["num_minibatches"]) == (mb, nmb)
+    assert r["learning_rate"] == pytest.approx(lr)
+    assert r["minibatch_size"] * r["num_minibatches"] == r["batch_size"]
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+BAD_INPUTS = [
+    (["--env-id", "NotAGame-v5"], "--env-id"),
+    (["--num-envs", "-3"], "--num-envs"),
+    (["--num-envs", "6", "--num-steps", "3"], "--num-minibatches"),
+    (["--minibatch-size", "100"], "minibatch size"),
+    (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "--num-envs"),
+    (["--scaling-recipe", "sqrt-lr", "--lr-scaling", "sqrt"], "--lr-scaling"),
+    (["--total-timesteps", "10"], "--total-timesteps"),
+    (["--diagnostics-every", "-1"], "--diagnostics-every"),
+    (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
+]
+
+
+@pytest.mark.parametrize("flags, names", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line(flags, names, tmp_path):
+    out = run(flags + ["--total-timesteps", "1024"] * ("--total-timesteps" not in flags), tmp_path, check=False, timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was built or written
+
+
+def test_foreign_and_mismatched_checkpoints_exit_2(tmp_path):
+    foreign = tmp_path / "foreign.ckpt"
+    foreign.write_bytes(pickle.dumps({"script": "pqn_atari", "signature": {}}))
+    out = run(["--resume", str(foreign)], tmp_path, check=False, timeout=60)
+    assert out.returncode == 2 and "pqn_atari" in out.stderr and "--resume" in out.stderr
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"not a pickle")
+    out = run(["--resume", str(garbage)], tmp_path, check=False, timeout=60)
+    assert out.returncode == 2 and "not a readable checkpoint" in out.stderr
+    shaped = tmp_path / "shaped.ckpt"
+    shaped.write_bytes(pickle.dumps({"script": "ppo_atari_envpool", "signature": {
+        "env_id": "Breakout-v5", "separate_encoders": True, "num_envs": 8, "num_steps": 128}}))
+    out = run(["--resume", str(shaped)], tmp_path, check=False, timeout=60)
+    assert out.returncode == 2 and "--separate-encoders" in out.stderr
+
+
+def test_help_documents_every_flag(tmp_path):
+    out = run(["--help"], tmp_path)
+    for flag in ["--env-id", "--num-envs", "--minibatch-size", "--scaling-recipe", "--base-num-envs",
+                 "--minibatch-multiplier", "--lr-scaling", "--separate-encoders", "--diagnostics-every",
+                 "--resume", "--checkpoint-every", "--bf16", "--target-kl", "--track"]:
+        assert flag in out.stdout
+    assert "the surrogate clipping coefficient" in out.stdout
+
+
+EXPECTED_TAGS = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
+                 "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+                 "diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean", "diagnostics/ref_kl_mean",
+                 "diagnostics/update_size", "diagnostics/grad_norm", "diagnostics/feature_rank", "diagnostics/srank",
+                 "diagnostics/dormant_frac", "diagnostics/dormant_frac_tau0", "diagnostics/dormant_frac_tau0.1",
+                 "diagnostics/weight_norm", "diagnostics/grad_kurtosis", "diagnostics/ess_pct",
+                 "diagnostics/policy_variance"]
+
+
+def test_smoke_run_writes_a_complete_run_directory(tmp_path):
+    out = run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "2", "--separate-encoders",
+                      "--save-model", "--eval-episodes", "2", "--seed", "3"], tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    assert run_dir.name.startswith("Breakout-v5__ppo_atari_envpool__3__")
+    config = json.load(open(run_dir / "config.json"))
+    assert config["resolved"]["batch_size"] == 64 and config["resolved"]["minibatch_size"] == 32
+    assert config["args"]["num_iterations"] == 4 and "torch" in config["versions"]
+    rows = read_metrics(run_dir)
+    tags = set().union(*rows)
+    for tag in EXPECTED_TAGS + ["diagnostics/critic_feature_rank", "diagnostics/actor_weight_norm",
+                                "diagnostics/critic_weight_norm", "eval/episodic_return"]:
+        assert tag in tags, tag
+    for row in rows:
+        assert row.keys() >= {"global_step", "iteration", "wall_time"}
+        for tag, value in row.items():
+            if tag != "losses/explained_variance":
+                assert math.isfinite(value), (tag, value)
+    diag = [r for r in rows if "diagnostics/ddr" in r]
+    assert [r["iteration"] for r in diag] == [2, 4]
+    for r in diag:
+        assert r["diagnostics/ddr"] == pytest.approx(64 / r["diagnostics/kl_behavior"])
+        assert 0 < r["diagnostics/ess_pct"] <= 100 and 0 <= r["diagnostics/dormant_frac"] <= 1
+    profile = [json.loads(line) for line in open(run_dir / "kl_profile.jsonl")]
+    assert len(profile) == 2 and len(profile[0]["seq_kl"]) == 4 and len(profile[0]["ref_kl"]) == 4
+    assert profile[0]["ref_kl"][-1] == pytest.approx(profile[0]["seq_kl"][-1])
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    assert ckpt["iteration"] == 4 and ckpt["global_step"] == 256 and ckpt["script"] == "ppo_atari_envpool"
+    agent = m.Agent(4, separate_encoders=True)
+    agent.load_state_dict(ckpt["agent"])
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "finished" and summary["global_step"] == 256
+    assert "SPS:" in out.stdout and "eval return" in out.stdout
+
+
+def losses(run_dir):
+    keys = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"]
+    return [(r["iteration"], [r[k] for k in keys]) for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+
+
+def test_diagnostics_do_not_change_training(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "0"], tmp_path / "a")
+    run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "1"], tmp_path / "b")
+    (a,), (b,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
+    assert losses(a) == losses(b)
+    pa, pb = (pickle.load(open(d / "checkpoints" / "latest.ckpt", "rb"))["agent"] for d in (a, b))
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_resume_continues_from_the_checkpoint_step(tmp_path):
+    run(TINY + ["--total-timesteps", "128", "--diagnostics-every", "0"], tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
+    before = pickle.load(open(ckpt_path, "rb"))
+    out = run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "0", "--resume", str(ckpt_path)], tmp_path)
+    assert "resuming from iteration 2" in out.stdout and "envs restart" in out.stdout
+    assert run_dirs(tmp_path) == [run_dir]  # continues in the same run directory
+    rows = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert [r["global_step"] for r in rows] == [64, 128, 192, 256]
+    after = pickle.load(open(ckpt_path, "rb"))
+    assert after["iteration"] == 4 and after["optimizer"]["state"][0]["step"] > before["optimizer"]["state"][0]["step"]
+    # the annealed lr continues where the schedule was (1 - 2/4 of the initial value at iteration 3)
+    assert rows[2]["charts/learning_rate"] == pytest.approx(2.5e-4 * 0.5)
+
+
+def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    run(TINY + ["--total-timesteps", "128", "--diagnostics-every", "0"], tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
+    good = ckpt_path.read_bytes()
+    out = run(TINY + ["--total-timesteps", "512", "--learning-rate", "1e35", "--checkpoint-every", "1",
+                      "--resume", str(ckpt_path)], tmp_path, check=False)
+    assert out.returncode == 3 and "non-finite" in out.stderr and "Traceback" not in out.stderr
+    assert ckpt_path.read_bytes() == good
+    assert json.load(open(run_dir / "summary.json"))["status"] == "diverged"
+
+
+def wait_for_metrics(run_root, proc, timeout=120):
+    start = time.time()
+    while time.time() - start < timeout:
+        dirs = list(run_root.glob("*/metrics.jsonl")) if run_root.exists() else []
+        if dirs and dirs[0].stat().st_size > 0:
+            return dirs[0].parent
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+    cmd = [sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs")] + TINY + [
+        "--total-timesteps", "100000", "--diagnostics-every", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    run_dir = wait_for_metrics(tmp_path / "runs", proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "SIGTERM" in stderr and "--resume" in stdout
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
+    assert ckpt["global_step"] == 64 * ckpt["iteration"]
+
+
+def test_kill_9_never_leaves_a_broken_checkpoint(tmp_path):
+    cmd = [sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs")] + TINY + [
+        "--total-timesteps", "100000", "--diagnostics-every", "0", "--checkpoint-every", "1"]
+    rng = np.random.default_rng(0)
+    for attempt in range(3):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+        if attempt == 0:
+            run_dir = wait_for_metrics(tmp_path / "runs", proc)
+        ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
+        while not ckpt_path.exists():
+            time.sleep(0.05)
+        time.sleep(float(rng.uniform(0.0, 1.5)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        state = pickle.load(open(ckpt_path, "rb"))
+        assert state["iteration"] >= 1 and set(state["agent"]) == set(m.Agent(4).state_dict())
+        cmd = [c for c in cmd if c != "--resume"]
+
+
+def test_track_offline_writes_a_wandb_run(tmp_path):
+    run(TINY + ["--total-timesteps", "64", "--diagnostics-every", "0", "--track"], tmp_path,
+        env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    (run_dir,) = run_dirs(tmp_path)
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb"))
+
+
+def test_torchrun_two_gloo_ranks(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533", SCRIPT,
+           "--runs-dir", str(tmp_path / "runs")] + TINY + ["--total-timesteps", "128", "--diagnostics-every", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path)  # rank 0 alone writes
+    config = json.load(open(run_dir / "config.json"))
+    assert config["world_size"] == 2
+    rows = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+    assert [r["global_step"] for r in rows] == [64, 128]  # the global step counts every rank's envs
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    assert len(ckpt["rng"]) == 2  # each rank's RNG state, for resume

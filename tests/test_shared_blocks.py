@@ -1,0 +1,44 @@
+"""The single-file scripts copy their shared blocks; these tests keep the copies honest."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from cleanrl_scaling.utils import shared_blocks  # noqa: E402
+
+SCRIPTS = [os.path.basename(p) for p in shared_blocks.scripts()]
+
+
+def test_every_copy_of_a_shared_block_matches_the_reference():
+    assert shared_blocks.differences() == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_import_nothing_from_each_other(script):
+    text = open(os.path.join(ROOT, "cleanrl_scaling", script)).read()
+    for other in SCRIPTS:
+        name = other[:-3]
+        assert f"import {name}" not in text and f"from {name}" not in text
+        assert f"from cleanrl_scaling" not in text
+
+
+def test_sync_rewrites_a_drifted_copy(tmp_path):
+    reference = open(os.path.join(ROOT, "cleanrl_scaling", shared_blocks.REFERENCE)).read()
+    (tmp_path / shared_blocks.REFERENCE).write_text(reference)
+    drifted = "x = 1\n# >>> shared:errors\nclass UsageError(Exception):\n    pass\n# <<< shared:errors\ny = 2\n"
+    (tmp_path / "other.py").write_text(drifted)
+    assert shared_blocks.differences(str(tmp_path)) == [("other.py", "errors")]
+    assert shared_blocks.sync(str(tmp_path)) == ["other.py"]
+    assert shared_blocks.differences(str(tmp_path)) == []
+    text = (tmp_path / "other.py").read_text()
+    assert text.startswith("x = 1\n") and text.endswith("y = 2\n") and "def exit_usage" in text
+
+
+def test_docs_build_strict(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "site" / "ppo_atari_envpool" / "index.html").exists()
