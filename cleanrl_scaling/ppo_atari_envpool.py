@@ -617,6 +617,19 @@ def allreduce_gradients(agent, world_size):
         offset += g.numel()
 
 
+def any_rank_says(flag: bool, world_size: int, device) -> bool:
+    """A decision every rank must take together (stop, diverged); one tiny all-reduce under torchrun."""
+    if world_size == 1:
+        return bool(flag)
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
+    return not any_rank_says(not flag, world_size, device)
+
+
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None):
     """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
@@ -907,7 +920,8 @@ def main():
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
         loss_stats = loss_stats.cpu().numpy()
-        if not (np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())):
+        finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
+        if not all_ranks_agree(finite, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
             status = "diverged"
@@ -940,7 +954,7 @@ def main():
             logger.log(global_step, iteration, scalars)
             logger.progress(global_step, sps)
 
-        if stop.signum:
+        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
             checkpoint(iteration)
