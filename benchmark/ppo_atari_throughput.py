@@ -29,7 +29,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from cleanrl_scaling.ppo_atari_envpool import Agent, Args, ppo_loss, make_envs  # noqa: E402
+from cleanrl_scaling.ppo_atari_envpool import Agent, Args, make_envs, minibatch_gradient  # noqa: E402
 
 
 def time_env(num_envs, steps=400):
@@ -57,17 +57,18 @@ def time_forward(agent, num_envs, reps=200):
 
 
 def time_update_step(agent, mb_size, bf16, reps=20):
+    """One Adam step on a minibatch, through the script's own minibatch_gradient (chunks included)."""
     args = Args()
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
-    obs = torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8)
-    actions = torch.randint(0, 4, (mb_size,))
-    vec = torch.randn(mb_size)
-    valid = torch.ones(mb_size)
+    batch = (torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
+             torch.full((mb_size,), -1.386), torch.randn(mb_size), torch.randn(mb_size), torch.randn(mb_size),
+             torch.ones(mb_size))
+    idx = torch.arange(mb_size)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss, _ = ppo_loss(agent, obs, actions, -1.386 + 0 * vec, vec, vec, vec, valid, args)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        minibatch_gradient(agent, batch, idx, args, autocast)
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
     for _ in range(3):

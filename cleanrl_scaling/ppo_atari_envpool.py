@@ -82,6 +82,8 @@ class Args(ScalingArgs, RunArgs):
     """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    update_chunk_size: int = 1024
+    """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""
 
@@ -238,11 +240,23 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def claim_run_dir(path: str) -> str:
+    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
+    candidate, k = path, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            k += 1
+            candidate = f"{path}-{k}"
+
+
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
-        self.run_dir = run_dir
+        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
         self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
@@ -471,9 +485,9 @@ class Agent(nn.Module):
 
     def forward(self, obs):
         """uint8 frames [B, 4, 84, 84] -> (logits, value)."""
-        x = obs.float() / 255.0
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        x = obs.float().mul_(1.0 / 255.0)
         hidden = self.network(x)
         critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
         return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
@@ -572,37 +586,60 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
-def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args):
-    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, averaged over valid samples
+def normalize_advantages(advantages, valid):
+    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std)."""
+    count = valid.sum()
+    mean = (advantages * valid).sum() / count.clamp(min=1.0)
+    var = ((advantages - mean) ** 2 * valid).sum() / (count - 1).clamp(min=1.0)
+    return (advantages - mean) / (var.sqrt() + 1e-8)
+
+
+def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, summed over the valid samples
+    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean
     (a step whose action envpool ignored, right after a done, carries no learning signal)."""
-    logits, newvalue = agent(mb_obs)
+    logits, newvalue = agent(obs)
     logits, newvalue = logits.float(), newvalue.float()
     logp_all = torch.log_softmax(logits, dim=-1)
-    newlogprob = logp_all.gather(-1, mb_actions[:, None]).squeeze(-1)
+    newlogprob = logp_all.gather(-1, actions[:, None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    logratio = newlogprob - mb_logprobs
+    logratio = newlogprob - logprobs
     ratio = logratio.exp()
-    count = mb_valid.sum().clamp(min=1.0)
     def mean(x):
-        return (x * mb_valid).sum() / count
+        return (x * valid).sum() / count
     with torch.no_grad():
         old_approx_kl = mean(-logratio)
         approx_kl = mean((ratio - 1) - logratio)
         clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
-    if args.norm_adv:
-        adv_mean = mean(mb_advantages)
-        adv_std = torch.sqrt(mean((mb_advantages - adv_mean) ** 2) * count / (count - 1).clamp(min=1.0))
-        mb_advantages = (mb_advantages - adv_mean) / (adv_std + 1e-8)
-    pg_loss = mean(torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
+    pg_loss = mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
     if args.clip_vloss:
-        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * mean(torch.max((newvalue - mb_returns) ** 2, (v_clipped - mb_returns) ** 2))
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * mean(torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2))
     else:
-        v_loss = 0.5 * mean((newvalue - mb_returns) ** 2)
+        v_loss = 0.5 * mean((newvalue - returns) ** 2)
     entropy_loss = mean(entropy)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
     return loss, stats
+
+
+def minibatch_gradient(agent, batch, idx, args, autocast) -> torch.Tensor:
+    """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
+    valid = b_valid[idx]
+    count = valid.sum().clamp(min=1.0)
+    advantages = normalize_advantages(b_advantages[idx], valid) if args.norm_adv else b_advantages[idx]
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else len(idx)
+    stats = 0.0
+    for c in range(0, len(idx), chunk):
+        j = idx[c:c + chunk]
+        with autocast():
+            loss, chunk_stats = ppo_loss(agent, b_obs[j], b_actions[j], b_logprobs[j], advantages[c:c + chunk],
+                                         b_returns[j], b_values[j], valid[c:c + chunk], count, args)
+        loss.backward()
+        stats = stats + chunk_stats
+    return stats
 
 
 def allreduce_gradients(agent, world_size):
@@ -633,20 +670,16 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None):
     """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
-    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    n = b_obs.shape[0]
-    stat_sum = torch.zeros(6, device=b_obs.device)
-    grad_norm_sum = torch.zeros((), device=b_obs.device)
+    device = batch[0].device
+    n = batch[0].shape[0]
+    stat_sum = torch.zeros(6, device=device)
+    grad_norm_sum = torch.zeros((), device=device)
     steps = 0
     for epoch in range(args.update_epochs):
-        perm = torch.randperm(n, device=b_obs.device)
+        perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
-            idx = perm[start:start + mb_size]
-            with autocast():
-                loss, stats = ppo_loss(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
-                                       b_returns[idx], b_values[idx], b_valid[idx], args)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            stats = minibatch_gradient(agent, batch, perm[start:start + mb_size], args, autocast)
             if world_size > 1:
                 allreduce_gradients(agent, world_size)
             if probe is not None and steps == 0:
@@ -671,16 +704,28 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
 # Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
 # ---------------------------------------------------------------------------------------------------------
 class DiagnosticProbe:
-    def __init__(self, agent, obs, actions, autocast):
-        self.obs, self.actions, self.autocast = obs, actions, autocast
+    def __init__(self, agent, obs, actions, autocast, chunk):
+        self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
         self.params_before = [p.detach().clone() for p in agent.parameters()]
         self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
         self.grad = None
 
     def policy_logp(self, agent) -> np.ndarray:
         with torch.no_grad(), self.autocast():
-            logits, _ = agent(self.obs)
+            logits = torch.cat([agent(obs)[0] for obs in self.obs.split(self.chunk)])
         return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+    def representation(self, agent, critic: bool) -> tuple:
+        """Penultimate features [S, 512] and, per hidden layer, mean |h| of every unit per state [S, units]
+        (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
+        magnitudes, features = [], []
+        with torch.no_grad():
+            for obs in self.obs.split(self.chunk):
+                hidden = agent.trunk_activations(obs, critic)
+                magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
+                features.append(hidden[-1].float())
+        per_layer = [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes)]
+        return torch.cat(features).cpu().numpy(), per_layer
 
     def first_gradient(self, agent):
         self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
@@ -715,10 +760,9 @@ class DiagnosticProbe:
         }
         trunks = [("", False)] + ([("critic_", True)] if agent.critic_network is not None else [])
         for prefix, critic in trunks:
-            with torch.no_grad():
-                acts_h = [h.float().cpu().numpy() for h in agent.trunk_activations(self.obs, critic)]
-            rank, srank = feature_ranks(acts_h[-1])
-            dormant = dormant_fractions(acts_h)
+            features, magnitudes = self.representation(agent, critic)
+            rank, srank = feature_ranks(features)
+            dormant = dormant_fractions(magnitudes)
             out[f"diagnostics/{prefix}feature_rank"] = rank
             out[f"diagnostics/{prefix}srank"] = srank
             out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
@@ -777,6 +821,7 @@ def validate(args) -> dict:
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
     check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
     check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -859,9 +904,10 @@ def main():
     else:
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
               "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
+    run_dir = logger.run_dir if logger else run_dir
     stop = StopFlag()
 
     # Storage
@@ -913,7 +959,7 @@ def main():
         probe = None
         if diag_now:
             idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
-            probe = DiagnosticProbe(agent, b_obs[idx], batch[1][idx], autocast)
+            probe = DiagnosticProbe(agent, b_obs[idx], batch[1][idx], autocast, args.update_chunk_size)
 
         agent.train()
         loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe)

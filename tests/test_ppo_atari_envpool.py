@@ -156,18 +156,47 @@ def test_gumbel_max_sampling_matches_softmax():
     assert torch.allclose(logp, torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4]))[actions], atol=1e-6)
 
 
-def test_masked_samples_do_not_move_the_loss():
+def tiny_batch(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g), torch.randint(0, 4, (n,), generator=g),
+            torch.full((n,), -1.4), torch.randn(n, generator=g), torch.randn(n, generator=g), torch.randn(n, generator=g),
+            torch.ones(n))
+
+
+def gradient(agent, batch, idx, args):
+    agent.zero_grad(set_to_none=True)
+    stats = m.minibatch_gradient(agent, batch, idx, args, lambda: torch.autocast("cpu", enabled=False))
+    return torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats
+
+
+def test_masked_samples_carry_no_gradient():
     torch.manual_seed(0)
-    agent = m.Agent(4)
-    args = m.Args()
-    obs = torch.randint(0, 255, (6, 4, 84, 84), dtype=torch.uint8)
-    acts, vec = torch.randint(0, 4, (6,)), torch.randn(6)
-    valid = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
-    loss_a, _ = m.ppo_loss(agent, obs, acts, -1.4 + 0 * vec, vec, vec, vec, valid, args)
-    vec2 = vec.clone()
-    vec2[4:] = 1e3  # garbage advantages/returns on masked samples
-    loss_b, _ = m.ppo_loss(agent, obs, acts, -1.4 + 0 * vec, vec2, vec2, vec, valid, args)
-    assert loss_a.item() == pytest.approx(loss_b.item(), rel=1e-6)
+    agent, args = m.Agent(4), m.Args()
+    batch = tiny_batch(6)
+    batch[6][4:] = 0.0  # the last two steps were ignored by the env
+    grad_a, stats_a = gradient(agent, batch, torch.arange(6), args)
+    for t in (3, 4, 5):
+        batch[t][4:] = 1e3  # garbage advantages, returns and values on the masked samples
+    grad_b, stats_b = gradient(agent, batch, torch.arange(6), args)
+    assert torch.allclose(grad_a, grad_b, atol=1e-7) and torch.allclose(stats_a, stats_b, atol=1e-7)
+
+
+def test_chunked_gradient_equals_the_whole_minibatch_gradient():
+    torch.manual_seed(0)
+    agent, args = m.Agent(4), m.Args()
+    batch = tiny_batch(12)
+    batch[6][[2, 7]] = 0.0
+    idx = torch.randperm(12)
+    whole, stats_whole = gradient(agent, batch, idx, m.Args(update_chunk_size=0))
+    chunked, stats_chunked = gradient(agent, batch, idx, m.Args(update_chunk_size=5))
+    assert torch.allclose(whole, chunked, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(stats_whole, stats_chunked, rtol=1e-5, atol=1e-7)
+
+
+def test_advantage_normalisation_matches_cleanrl_when_all_valid():
+    adv = torch.randn(50)
+    expected = (adv - adv.mean()) / (adv.std() + 1e-8)
+    assert torch.allclose(m.normalize_advantages(adv, torch.ones(50)), expected, atol=1e-6)
 
 
 def test_episode_stats_whole_game_several_per_step_and_truncation():
@@ -407,3 +436,23 @@ def test_torchrun_two_gloo_ranks(tmp_path):
     assert [r["global_step"] for r in rows] == [64, 128]  # the global step counts every rank's envs
     ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
     assert len(ckpt["rng"]) == 2  # each rank's RNG state, for resume
+
+
+def test_chunked_representation_gives_the_full_batch_diagnostics():
+    torch.manual_seed(0)
+    agent = m.Agent(4)
+    obs = torch.randint(0, 255, (7, 4, 84, 84), dtype=torch.uint8)
+    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False), 3)
+    features, magnitudes = probe.representation(agent, critic=False)
+    with torch.no_grad():
+        full = [h.numpy() for h in agent.trunk_activations(obs)]
+    assert np.allclose(features, full[-1], atol=1e-6)
+    assert m.dormant_fractions(magnitudes) == pytest.approx(m.dormant_fractions(full))
+    logits_full = torch.log_softmax(agent(obs)[0], -1).detach().numpy()
+    assert np.allclose(probe.logps[0], logits_full, atol=1e-5)
+
+
+def test_run_directories_never_collide(tmp_path):
+    first = m.claim_run_dir(str(tmp_path / "Breakout-v5__x__1__100"))
+    second = m.claim_run_dir(str(tmp_path / "Breakout-v5__x__1__100"))
+    assert first.endswith("__100") and second.endswith("__100-2") and os.path.isdir(second)
