@@ -82,7 +82,7 @@ class Args(ScalingArgs, RunArgs):
     """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
-    update_chunk_size: int = 1024
+    update_chunk_size: int = 512
     """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""

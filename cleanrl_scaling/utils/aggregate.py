@@ -1,0 +1,578 @@
+"""Turn run directories (SPEC §4: config.json, metrics.jsonl, summary.json) into figures and the numbers behind them.
+
+    python -m cleanrl_scaling.utils.aggregate curves  RUNS... --metric charts/neg_distance --group-by learning_rate
+    python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human
+    python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate
+    python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
+
+Runs are grouped by configuration (exp_name plus the --group-by keys of config.json) and by env_id (the task).
+Curves: mean and 95% CI over seeds (Student t). IQM: 25% trimmed mean over all runs of all tasks with stratified
+bootstrap percentile CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable). Every command
+writes PREFIX.png, PREFIX.pdf and PREFIX.csv. Details: docs/pipeline.md.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from cleanrl_scaling.utils import atari_scores, plots
+from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs, run_status, same_value
+
+SPECIAL_KEYS = ("env_id", "exp_name", "seed", "status", "run_name")
+
+
+class UsageError(Exception):
+    """A user mistake: one line on stderr, exit code 2."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Statistics (pure numpy; the tests check them against hand-computed values and against rliable)
+# ---------------------------------------------------------------------------------------------------------
+def mean_ci(values: np.ndarray, level: float = 0.95, band: str = "ci95") -> tuple:
+    """Mean over axis 0 and its band: Student-t CI of the mean (ci95), mean +- sample std (std), or none."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[0]
+    mean = values.mean(axis=0)
+    if band == "none" or n < 2:
+        nan = np.full_like(mean, np.nan)
+        return mean, nan, nan
+    sd = values.std(axis=0, ddof=1)
+    half = sd if band == "std" else scipy_stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def iqm(values: np.ndarray, axis: Optional[int] = None) -> np.ndarray:
+    """Interquartile mean: drop floor(n/4) values at each end and average the rest (scipy's trim_mean(., 0.25))."""
+    values = np.asarray(values, dtype=float)
+    if axis is None:
+        values, axis = values.reshape(-1), 0
+    n = values.shape[axis]
+    cut = int(0.25 * n)
+    kept = np.take(np.sort(values, axis=axis), np.arange(cut, n - cut), axis=axis)
+    return kept.mean(axis=axis)
+
+
+def aggregate(tasks: list, name: str) -> np.ndarray:
+    """tasks: one array per task of shape (reps, runs_k, ...). IQM pools every run of every task; mean and median
+    are taken over the per-task mean scores (rliable's aggregate_mean / aggregate_median)."""
+    if name == "iqm":
+        return iqm(np.concatenate(tasks, axis=1), axis=1)
+    per_task = np.stack([t.mean(axis=1) for t in tasks], axis=1)
+    if name == "mean":
+        return per_task.mean(axis=1)
+    if name == "median":
+        return np.median(per_task, axis=1)
+    raise ValueError(name)
+
+
+def stratified_bootstrap(tasks: list, names=("iqm",), reps: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """Point estimate and percentile CI of each aggregate. tasks: one array per task, shape (runs_k, ...) (runs may
+    differ between tasks). Each replicate resamples the runs of every task with replacement, independently per
+    task (stratified by task); the CI is the (1-level)/2 and (1+level)/2 percentiles of the replicates."""
+    tasks = [np.asarray(t, dtype=float) for t in tasks]
+    rng = np.random.default_rng(seed)
+    out = {name: {"point": aggregate([t[None] for t in tasks], name)[0]} for name in names}
+    replicates = {name: [] for name in names}
+    size = sum(len(t) for t in tasks) * int(np.prod(tasks[0].shape[1:]))
+    block = max(1, min(reps, 2**24 // max(size, 1)))
+    for start in range(0, reps, block):
+        b = min(block, reps - start)
+        sampled = [t[rng.integers(0, len(t), size=(b, len(t)))] for t in tasks]
+        for name in names:
+            replicates[name].append(aggregate(sampled, name))
+    tail = 100 * (1 - level) / 2
+    for name in names:
+        lo, hi = np.percentile(np.concatenate(replicates[name]), [tail, 100 - tail], axis=0)
+        out[name].update(lo=lo, hi=hi)
+    return out
+
+
+def run_stat(x: np.ndarray, y: np.ndarray, stat: str, final_frac: float = 0.1) -> float:
+    """One number per run: last, max, min, mean, or final = mean over the last final_frac of the x range."""
+    if len(y) == 0:
+        return math.nan
+    if stat == "last":
+        return float(y[-1])
+    if stat == "max":
+        return float(np.max(y))
+    if stat == "min":
+        return float(np.min(y))
+    if stat == "mean":
+        return float(np.mean(y))
+    if stat == "final":
+        return float(np.mean(y[x >= x[-1] - final_frac * (x[-1] - x[0])]))
+    raise ValueError(stat)
+
+
+def common_grid(xs: list, points: int) -> Optional[np.ndarray]:
+    """The shared x of several runs: their x if all are equal, else `points` values over the range all of them
+    cover (None if they do not overlap)."""
+    if all(len(x) == len(xs[0]) and np.array_equal(x, xs[0]) for x in xs):
+        return xs[0]
+    lo, hi = max(x[0] for x in xs), min(x[-1] for x in xs)
+    if hi < lo:
+        return None
+    return np.linspace(lo, hi, points) if hi > lo else np.array([lo])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading runs
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    path: str
+    config: dict
+    status: str
+    metrics: pd.DataFrame = field(repr=False)
+
+    def value(self, key: str):
+        if key == "status":
+            return self.status
+        if key == "run_name":
+            return os.path.basename(self.path)
+        return config_value_or(self.config, key, prefer=("resolved", "args"))
+
+    @property
+    def env_id(self) -> str:
+        return str(self.value("env_id"))
+
+    @property
+    def seed(self):
+        return self.value("seed")
+
+    def stamp(self) -> tuple:
+        """Newest last: the run name's trailing time stamp, then the directory's mtime."""
+        tail = os.path.basename(self.path).rsplit("__", 1)[-1]
+        return (int(tail) if tail.isdigit() else 0, os.path.getmtime(self.path))
+
+
+def read_metrics(path: str) -> pd.DataFrame:
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:  # a line cut short by a kill: skip it
+                    continue
+    frame = pd.DataFrame(rows)
+    if "global_step" in frame:
+        frame = frame.sort_values(["global_step"], kind="stable").reset_index(drop=True)
+    return frame
+
+
+def parse_filters(items: list) -> list:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--filter {item!r}: write KEY=VALUE or KEY=V1,V2 (e.g. --filter env_id=Pong-v5)")
+        key, values = item.split("=", 1)
+        out.append((key.strip(), values.split(",")))
+    return out
+
+
+def load_runs(roots: list, filters: list = (), only_finished: bool = False) -> list:
+    runs = []
+    for root in roots:
+        if not os.path.isdir(root):
+            raise UsageError(f"runs directory {root!r} not found")
+        for path in run_dirs(root):
+            config = read_json(os.path.join(path, "config.json"))
+            if not isinstance(config, dict):
+                continue
+            run = Run(path, config, run_status(path), read_metrics(os.path.join(path, "metrics.jsonl")))
+            if only_finished and run.status != "finished":
+                continue
+            if all(any(same_value(v, run.value(key)) for v in values) for key, values in filters):
+                runs.append(run)
+    if not runs:
+        raise UsageError(f"no runs (config.json + metrics.jsonl) under {', '.join(roots)}"
+                         + (" matching the filters" if filters else ""))
+    unfinished = [r for r in runs if r.status != "finished"]
+    if unfinished:
+        print(f"warning: {len(unfinished)} of {len(runs)} runs are not finished "
+              f"({', '.join(sorted({r.status for r in unfinished}))}); --only-finished drops them", file=sys.stderr)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Groups (configurations), labels, metric series
+# ---------------------------------------------------------------------------------------------------------
+def sort_key(values: tuple) -> tuple:
+    out = []
+    for v in values:
+        try:
+            out.append((0, float(v), ""))
+        except (TypeError, ValueError):
+            out.append((1, 0.0, str(v)))
+    return tuple(out)
+
+
+def fmt_value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+class Grouping:
+    """A run's configuration = exp_name + the --group-by keys; its label comes from --label (a format string over
+    those keys and env_id) or is 'key=value, ...'."""
+
+    def __init__(self, runs: list, keys: list, label_format: str = ""):
+        self.keys = ["exp_name"] + [k for k in keys if k != "exp_name"]
+        self.label_format = label_format
+        exp_names = {r.value("exp_name") for r in runs}
+        self.show_exp_name = len(exp_names) > 1 or not keys
+
+    def key(self, run: Run) -> tuple:
+        return tuple(run.value(k) for k in self.keys)
+
+    def label(self, key: tuple) -> str:
+        named = dict(zip(self.keys, key))
+        if self.label_format:
+            try:
+                return self.label_format.format(**{k: fmt_value(v) for k, v in named.items()})
+            except (KeyError, IndexError) as e:
+                raise UsageError(f"--label {self.label_format!r}: unknown key {e}; use the --group-by keys or exp_name")
+        parts = [fmt_value(named["exp_name"])] if self.show_exp_name else []
+        parts += [f"{k}={fmt_value(v)}" for k, v in named.items() if k != "exp_name"]
+        return ", ".join(parts)
+
+
+NOT_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_entity", "resume", "checkpoint_every",
+                "save_model"}
+
+
+def identity(run: Run) -> str:
+    """Every training flag of the run (config["args"], else the whole config) except where it logs to."""
+    args = run.config.get("args", run.config)
+    return json.dumps({k: v for k, v in args.items() if k not in NOT_IDENTITY}, sort_keys=True, default=str)
+
+
+def deduplicate(runs: list) -> list:
+    """Keep the newest of runs with identical flags (env_id and seed included): a rerun replaces its predecessor."""
+    newest = {}
+    for run in runs:
+        key = (identity(run), run.env_id, str(run.seed))
+        if key not in newest or run.stamp() > newest[key].stamp():
+            newest[key] = run
+    if len(newest) < len(runs):
+        print(f"warning: {len(runs) - len(newest)} older duplicate run(s) (identical flags, env_id and seed) "
+              "ignored; the newest of each is used (--keep-duplicates keeps them)", file=sys.stderr)
+    return list(newest.values())
+
+
+def normalizer(kind: str):
+    if kind == "none":
+        return lambda env_id, y: y
+    if kind == "atari-human":
+        def normalize(env_id, y):
+            try:
+                return atari_scores.human_normalized(env_id, y)
+            except KeyError:
+                raise UsageError(f"--normalize atari-human: no reference scores for {env_id!r}; known games: "
+                                 f"{', '.join(atari_scores.ATARI_10)}")
+        return normalize
+    raise UsageError(f"--normalize {kind!r}: choose none or atari-human")
+
+
+def series(run: Run, metric: str, x_kind: str, smooth: int = 1, normalize=None) -> tuple:
+    """(x, y) of one metric of one run, sorted by x. x_kind: a metrics.jsonl column (global_step, iteration,
+    wall_time: seconds since the run's first event) or pct (% of the run's data: 100 * global_step / last step)."""
+    frame = run.metrics
+    if metric not in frame:
+        return np.array([]), np.array([])
+    rows = frame[frame[metric].notna()]
+    y = rows[metric].to_numpy(dtype=float)
+    if x_kind == "pct":
+        x = 100.0 * rows["global_step"].to_numpy(dtype=float) / max(float(frame["global_step"].max()), 1.0)
+    elif x_kind == "wall_time":
+        x = rows["wall_time"].to_numpy(dtype=float) - float(frame["wall_time"].min())
+    elif x_kind in rows:
+        x = rows[x_kind].to_numpy(dtype=float)
+    else:
+        raise UsageError(f"--x {x_kind!r}: not a column of {run.path}/metrics.jsonl (use global_step, iteration, "
+                         "wall_time or pct)")
+    if normalize is not None:
+        y = normalize(run.env_id, y)
+    if smooth > 1:
+        y = pd.Series(y).rolling(smooth, min_periods=1).mean().to_numpy()
+    return x, y
+
+
+def check_metric(runs: list, metric: str) -> None:
+    if not any(metric in r.metrics for r in runs):
+        seen = sorted({c for r in runs for c in r.metrics.columns if "/" in c})
+        raise UsageError(f"--metric {metric!r} is in no metrics.jsonl; logged tags: {', '.join(seen) or 'none'}")
+
+
+def write_csv(rows: list, prefix: str) -> str:
+    path = f"{prefix}.csv"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False, float_format="%.10g")
+    return path
+
+
+def grouped(runs: list, grouping: Grouping) -> list:
+    """[(config key, label, [runs])] in a stable, numeric-aware order."""
+    groups = {}
+    for run in runs:
+        groups.setdefault(grouping.key(run), []).append(run)
+    return [(k, grouping.label(k), groups[k]) for k in sorted(groups, key=sort_key)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------------------
+X_LABELS = {"global_step": "environment steps", "iteration": "updates (iterations)", "wall_time": "seconds",
+            "pct": "% of data processed"}
+
+
+def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
+    """Mean and band over seeds, one panel per (metric, env_id)."""
+    norm = normalizer(args.normalize)
+    hlines = [parse_hline(h) for h in args.hline]
+    envs = sorted({r.env_id for r in runs})
+    panels, rows, labels = [], [], []
+    for metric in args.metric:
+        check_metric(runs, metric)
+        for env_id in envs:
+            panel = {"title": env_id if len(args.metric) == 1 else f"{env_id}: {metric}",
+                     "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or metric,
+                     "series": {}, "hlines": [(v, t) for v, t, m in hlines if m in (None, metric)],
+                     "logy": args.logy is not None and (not args.logy or metric in args.logy), "ylim": args.ylim}
+            for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+                curves = [series(r, metric, args.x, args.smooth, norm)
+                          for r in members]
+                curves = [(x, y) for x, y in curves if len(x)]
+                if not curves:
+                    continue
+                grid = common_grid([x for x, _ in curves], args.points)
+                if grid is None:
+                    print(f"warning: the runs of {label} ({env_id}) share no x range; skipped", file=sys.stderr)
+                    continue
+                values = np.stack([np.interp(grid, x, y) for x, y in curves])
+                mean, lo, hi = mean_ci(values, band=args.band)
+                panel["series"][label] = (grid, mean, lo if args.band != "none" else None, hi)
+                if label not in labels:
+                    labels.append(label)
+                rows += [{"metric": metric, "env_id": env_id, "group": label, "x": xv, "mean": m, "lo": l, "hi": h,
+                          "n": len(curves)} for xv, m, l, h in zip(grid, mean, lo, hi)]
+            panels.append(panel)
+    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend)
+    return {"fig": fig, "rows": rows}
+
+
+def parse_hline(text: str) -> tuple:
+    """[METRIC=]VALUE[:LABEL] -> (value, label, metric or None: every panel)."""
+    head, _, label = text.partition(":")
+    metric, _, value = head.rpartition("=")
+    try:
+        return float(value), label, metric or None
+    except ValueError:
+        raise UsageError(f"--hline {text!r}: write [METRIC=]VALUE[:LABEL] (e.g. --hline=-0.5:plateau)")
+
+
+def per_run_scores(runs: list, metric: str, stat: str, final_frac: float, norm, x_kind: str = "global_step"):
+    out = []
+    for run in runs:
+        x, y = series(run, metric, x_kind, 1, norm)
+        out.append(run_stat(x, y, stat, final_frac))
+    return out
+
+
+def cmd_iqm(args, runs: list, grouping: Grouping) -> dict:
+    """IQM (and mean, median) across tasks and seeds with stratified bootstrap CIs, per configuration."""
+    check_metric(runs, args.metric)
+    norm = normalizer(args.normalize)
+    names = ["iqm", "median", "mean"]
+    titles = {"iqm": "IQM", "median": "Median", "mean": "Mean"}
+    envs_all = sorted({r.env_id for r in runs})
+    rows, estimates, labels, panels = [], {titles[n]: {} for n in names}, [], []
+    curve_panel = {"title": "", "xlabel": args.xlabel or X_LABELS.get(args.x, args.x),
+                   "ylabel": args.ylabel or f"IQM {args.metric}", "series": {}}
+    for key, label, members in grouped(runs, grouping):
+        by_env = {}
+        for run in members:
+            by_env.setdefault(run.env_id, []).append(run)
+        missing = sorted(set(envs_all) - set(by_env))
+        if missing:
+            print(f"warning: {label} has no runs on {', '.join(missing)}; its aggregate covers fewer tasks",
+                  file=sys.stderr)
+        envs = sorted(by_env)
+        if not args.over_time:
+            tasks = [np.array(per_run_scores(by_env[e], args.metric, args.stat, args.final_frac,
+                                             norm)) for e in envs]
+            tasks = [t[np.isfinite(t)] for t in tasks]
+            if any(len(t) == 0 for t in tasks):
+                raise UsageError(f"{label}: a task has no finite {args.metric} values")
+            result = stratified_bootstrap(tasks, names, args.reps, 0.95, args.seed)
+            for name in names:
+                r = result[name]
+                estimates[titles[name]][label] = (float(r["point"]), float(r["lo"]), float(r["hi"]))
+                rows.append({"group": label, "aggregate": name, "point": float(r["point"]), "lo": float(r["lo"]),
+                             "hi": float(r["hi"]), "tasks": len(tasks), "runs": sum(len(t) for t in tasks),
+                             "metric": args.metric, "stat": args.stat})
+        else:
+            curves = {e: [series(r, args.metric, args.x, args.smooth, norm)
+                          for r in by_env[e]] for e in envs}
+            grid = common_grid([x for e in envs for x, y in curves[e] if len(x)], args.points)
+            if grid is None:
+                print(f"warning: the runs of {label} share no x range; skipped", file=sys.stderr)
+                continue
+            tasks = [np.stack([np.interp(grid, x, y) for x, y in curves[e] if len(x)]) for e in envs]
+            result = stratified_bootstrap(tasks, ["iqm"], args.reps, 0.95, args.seed)["iqm"]
+            curve_panel["series"][label] = (grid, result["point"], result["lo"], result["hi"])
+            rows += [{"group": label, "x": xv, "iqm": p, "lo": l, "hi": h, "tasks": len(tasks),
+                      "runs": sum(len(t) for t in tasks), "metric": args.metric}
+                     for xv, p, l, h in zip(grid, result["point"], result["lo"], result["hi"])]
+        labels.append(label)
+    xlabel = args.xlabel or ("Human-normalised score" if args.normalize == "atari-human" else args.metric)
+    if args.over_time:
+        curve_panel["logy"] = args.logy is not None
+        fig = plots.plot_curves([curve_panel], labels, args.title, 1, args.logx)
+    else:
+        fig = plots.plot_intervals(estimates, labels, xlabel)
+        if args.title:
+            fig.suptitle(args.title, y=1.02)
+    return {"fig": fig, "rows": rows}
+
+
+def cmd_scatter(args, runs: list, grouping: Grouping) -> dict:
+    """One dot per run: a per-run statistic of one metric against another (B26 Fig. 8: DDR vs max solve rate)."""
+    check_metric(runs, args.x_metric)
+    check_metric(runs, args.y_metric)
+    points, rows, labels = {}, [], []
+    for key, label, members in grouped(runs, grouping):
+        xs = per_run_scores(members, args.x_metric, args.x_stat, args.final_frac, None)
+        ys = per_run_scores(members, args.y_metric, args.y_stat, args.final_frac, None)
+        points[label] = (np.array(xs), np.array(ys))
+        labels.append(label)
+        rows += [{"group": label, "run": os.path.basename(r.path), "env_id": r.env_id, "seed": r.seed,
+                  f"{args.x_stat}({args.x_metric})": x, f"{args.y_stat}({args.y_metric})": y}
+                 for r, x, y in zip(members, xs, ys)]
+    fig = plots.plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
+                             args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
+                             args.logy is not None,
+                             ", ".join(grouping.keys[1:]))
+    return {"fig": fig, "rows": rows}
+
+
+def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
+    """Mean over runs (seeds and tasks) of a per-run statistic for every (rows key, cols key) pair (B26 Fig. 12b)."""
+    check_metric(runs, args.metric)
+    cells = {}
+    for run in runs:
+        x, y = series(run, args.metric, "global_step")
+        cells.setdefault((run.value(args.rows), run.value(args.cols)), []).append(run_stat(x, y, args.stat,
+                                                                                           args.final_frac))
+    row_values = sorted({k[0] for k in cells}, key=lambda v: sort_key((v,)))
+    col_values = sorted({k[1] for k in cells}, key=lambda v: sort_key((v,)))
+    matrix = np.full((len(row_values), len(col_values)), np.nan)
+    rows = []
+    for (rv, cv), values in sorted(cells.items(), key=lambda kv: sort_key(kv[0])):
+        values = np.array(values)
+        mean, lo, hi = mean_ci(values[:, None])
+        matrix[row_values.index(rv), col_values.index(cv)] = mean[0]
+        rows.append({args.rows: rv, args.cols: cv, "mean": mean[0], "lo": lo[0], "hi": hi[0], "n": len(values),
+                     "metric": args.metric, "stat": args.stat})
+    fig = plots.plot_heatmap(matrix, [fmt_value(v) for v in row_values], [fmt_value(v) for v in col_values],
+                             args.rows, args.cols, f"{args.stat} {args.metric}", args.title)
+    return {"fig": fig, "rows": rows}
+
+
+COMMANDS = {"curves": cmd_curves, "iqm": cmd_iqm, "scatter": cmd_scatter, "heatmap": cmd_heatmap}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m cleanrl_scaling.utils.aggregate",
+                                     description="Figures (PNG, PDF) and their numbers (CSV) from run directories.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("runs", nargs="+", help="directories searched (recursively) for run directories")
+    common.add_argument("--out", default="", help="output prefix: writes PREFIX.png, .pdf, .csv "
+                                                  "(default runs/figures/COMMAND_METRIC)")
+    common.add_argument("--group-by", nargs="*", default=[], metavar="KEY",
+                        help="config.json keys that tell configurations apart (exp_name always does)")
+    common.add_argument("--label", default="", help="legend label format, e.g. 'lr={learning_rate}'")
+    common.add_argument("--filter", action="append", default=[], metavar="KEY=V1,V2",
+                        help="keep runs whose config value is one of these (repeatable; all must hold)")
+    common.add_argument("--only-finished", action="store_true", help="ignore runs whose summary.json is not finished")
+    common.add_argument("--keep-duplicates", action="store_true",
+                        help="keep older runs with identical flags, env_id and seed (default: the newest only)")
+    common.add_argument("--title", default="")
+    common.add_argument("--xlabel", default="")
+    common.add_argument("--ylabel", default="")
+    common.add_argument("--logx", action="store_true")
+    common.add_argument("--logy", nargs="*", default=None, metavar="METRIC",
+                        help="log-scale y (curves: only the panels of the METRICs given, if any)")
+    common.add_argument("--final-frac", type=float, default=0.1,
+                        help="stat 'final' = mean over the last FRAC of the x range (default 0.1)")
+    stats = ["final", "last", "max", "min", "mean"]
+
+    p = sub.add_parser("curves", parents=[common], help="learning curves: mean and 95%% CI over seeds")
+    p.add_argument("--metric", nargs="+", required=True, help="metric tag(s); one row of panels each")
+    p.add_argument("--x", default="global_step", help="global_step, iteration, wall_time or pct (%% of data)")
+    p.add_argument("--band", choices=["ci95", "std", "none"], default="ci95")
+    p.add_argument("--smooth", type=int, default=1, help="rolling mean over this many log events per run")
+    p.add_argument("--points", type=int, default=200, help="x grid size when runs log at different x")
+    p.add_argument("--normalize", default="none", help="none or atari-human")
+    p.add_argument("--hline", action="append", default=[], metavar="[METRIC=]VALUE[:LABEL]",
+                   help="a dotted reference line (repeatable); METRIC= limits it to that metric's panels")
+    p.add_argument("--hline-legend", default="reference",
+                   help="legend entry of the reference lines whose LABEL is a series label (drawn in its colour)")
+    p.add_argument("--ylim", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"))
+    p.add_argument("--ncols", type=int, default=3)
+
+    p = sub.add_parser("iqm", parents=[common], help="IQM, median, mean with stratified bootstrap 95%% CIs")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
+    p.add_argument("--normalize", default="none", help="none or atari-human")
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--over-time", action="store_true", help="IQM at every x instead of one score per run")
+    p.add_argument("--x", default="global_step")
+    p.add_argument("--smooth", type=int, default=1)
+    p.add_argument("--points", type=int, default=100)
+
+    p = sub.add_parser("scatter", parents=[common], help="one dot per run (B26 Fig. 8)")
+    p.add_argument("--x-metric", required=True)
+    p.add_argument("--x-stat", choices=stats, default="mean")
+    p.add_argument("--y-metric", required=True)
+    p.add_argument("--y-stat", choices=stats, default="max")
+
+    p = sub.add_parser("heatmap", parents=[common], help="per-cell mean over runs (B26 Fig. 12b)")
+    p.add_argument("--rows", required=True, help="config key of the rows")
+    p.add_argument("--cols", required=True, help="config key of the columns")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--stat", choices=stats, default="final")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        runs = load_runs(args.runs, parse_filters(args.filter), args.only_finished)
+        grouping = Grouping(runs, args.group_by, args.label)
+        if not args.keep_duplicates:
+            runs = deduplicate(runs)
+        metric = args.metric[0] if isinstance(getattr(args, "metric", None), list) else getattr(args, "metric", "")
+        name = metric or f"{args.y_metric}_vs_{args.x_metric}"
+        prefix = args.out or os.path.join("runs", "figures", f"{args.command}_{re.sub(r'[^A-Za-z0-9]+', '_', name)}")
+        result = COMMANDS[args.command](args, runs, grouping)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    paths = plots.save(result["fig"], prefix) + [write_csv(result["rows"], prefix)]
+    print(f"{len(runs)} runs -> " + ", ".join(paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

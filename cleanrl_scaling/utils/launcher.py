@@ -1,0 +1,378 @@
+"""Run a grid of training runs: env ids x flag sets x sweeps x seeds, locally or as a Slurm array.
+
+    python -m cleanrl_scaling.utils.launcher cleanrl_scaling/noisy_sgd.py \
+        --sweep learning-rate=0.3,0.03,0.003 --seeds 1 --workers 2 --runs-dir runs/fig1b -- --total-steps 1000
+
+Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
+launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
+(a run is finished iff its summary.json says so, SPEC §4). Usage and the Slurm placeholders: docs/pipeline.md.
+"""
+import argparse
+import itertools
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from cleanrl_scaling.utils.rundirs import (as_bool, config_value, config_value_or, finished_configs, parse_flags,
+                                           same_value)
+
+DEFAULT_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_template.sh")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+SLURM_DEFAULTS = {"time": "04:00:00", "mem": "16G"}
+
+
+class UsageError(Exception):
+    """A user mistake: one line on stderr, exit code 2."""
+
+
+@dataclass
+class Job:
+    index: int
+    argv: list  # the full command
+    flags: dict  # parsed script flags (the run's identity for --skip-finished)
+    label: str
+    log_path: str = ""
+    cpus: list = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --skip-finished: does a finished run's config.json describe this grid point?
+# ---------------------------------------------------------------------------------------------------------
+IGNORED_FOR_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_entity"}
+
+
+def run_matches(job: Job, config: dict, script_stem: str) -> bool:
+    """Does this finished run's config.json describe the grid point `job`?"""
+    if "script" in config and config["script"] != script_stem:
+        return False
+    wanted = {k: v for k, v in job.flags.items() if k not in IGNORED_FOR_IDENTITY}
+    if isinstance(config.get("argv"), list):  # the exact flags the run was started with
+        had = {k: v for k, v in parse_flags(config["argv"]).items() if k not in IGNORED_FOR_IDENTITY}
+        wanted.setdefault("exp_name", script_stem)  # a run without --exp-name has its script's name
+        had.setdefault("exp_name", config_value_or(config, "exp_name", script_stem))
+        return had.keys() == wanted.keys() and all(same_value(wanted[k], had[k]) for k in wanted)
+    wanted.setdefault("exp_name", script_stem)
+    for key, value in wanted.items():
+        try:
+            if not same_value(value, config_value(config, key)):
+                return False
+        except KeyError:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------------------------
+def parse_sweep(spec: str) -> list:
+    """`learning-rate=0.3,0.03` -> [['--learning-rate', '0.3'], ['--learning-rate', '0.03']];
+    the values true/false give --x / --no-x (tyro's boolean flags)."""
+    if "=" not in spec:
+        raise UsageError(f"--sweep {spec!r}: write NAME=V1,V2,... (e.g. --sweep learning-rate=0.3,0.03)")
+    name, values = spec.split("=", 1)
+    name = name.strip().lstrip("-")
+    items = [v.strip() for v in values.split(",")]
+    if not name or not all(items):
+        raise UsageError(f"--sweep {spec!r}: needs a flag name and non-empty values separated by commas")
+    out = []
+    for v in items:
+        flag = as_bool(v)
+        if flag is None:
+            out.append([f"--{name}", v])
+        else:
+            out.append([f"--{name}" if flag else f"--no-{name}"])
+    return out
+
+
+def slug(text: str, limit: int = 80) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")[:limit] or "run"
+
+
+def build_jobs(args) -> list:
+    script_flags = list(args.script_args)
+    common = parse_flags(script_flags)
+    for owned in ("runs_dir", "seed", "env_id"):
+        if owned in common:
+            raise UsageError(f"--{owned.replace('_', '-')} after '--': give it to the launcher "
+                             f"(--{'runs-dir' if owned == 'runs_dir' else owned.replace('_', '-') + 's'}) instead")
+    flag_sets = [shlex.split(s) for s in args.flag_set] or [[]]
+    sweeps = [parse_sweep(s) for s in args.sweep]
+    combos = [sum(parts, []) for parts in itertools.product(*sweeps)] if sweeps else [[]]
+    envs = args.env_ids or [None]
+    seeds = args.seeds or [None]
+    jobs = []
+    for env_id, flag_set, combo, seed in itertools.product(envs, flag_sets, combos, seeds):
+        argv = [args.python, args.script] + script_flags + flag_set + combo
+        if env_id is not None:
+            argv += ["--env-id", env_id]
+        if seed is not None:
+            argv += ["--seed", str(seed)]
+        argv += ["--runs-dir", args.runs_dir]
+        label_parts = ([env_id] if env_id else []) + [" ".join(flag_set + combo).replace("--", "")] + \
+                      ([f"s{seed}"] if seed is not None else [])
+        jobs.append(Job(len(jobs), argv, parse_flags(argv[2:]), slug("_".join(p for p in label_parts if p))))
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Local execution: N workers, each run pinned to its share of the cores
+# ---------------------------------------------------------------------------------------------------------
+def core_slots(cores: list, workers: int) -> list:
+    """Split the usable cores into `workers` disjoint groups (round-robin single cores if workers > cores)."""
+    share = max(1, len(cores) // workers)
+    if workers >= len(cores):
+        return [[cores[i % len(cores)]] for i in range(workers)]
+    return [cores[i * share:(i + 1) * share] for i in range(workers)]
+
+
+def run_env(num_threads: int) -> dict:
+    env = dict(os.environ)
+    for var in THREAD_VARS:
+        env[var] = str(num_threads)
+    xla = env.get("XLA_FLAGS", "")
+    xla = re.sub(r"--xla_cpu_multi_thread_eigen=\S+|intra_op_parallelism_threads=\S+", "", xla).strip()
+    eigen = "false" if num_threads == 1 else "true"
+    env["XLA_FLAGS"] = f"{xla} --xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={num_threads}".strip()
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_name_key(job: Job, script_stem: str) -> tuple:
+    """What a run's directory name is made of besides the time: env_id, exp_name, seed (SPEC §4)."""
+    return job.flags.get("env_id"), job.flags.get("exp_name", script_stem), job.flags.get("seed")
+
+
+def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: str = "") -> tuple:
+    """Run the jobs, at most `workers` at a time. Returns (failed, interrupted) lists of (job, return code).
+    Two runs whose directory names would differ only by flags are not started in the same second, so that
+    `{env_id}__{exp_name}__{seed}__{int(time.time())}` cannot collide."""
+    slots = core_slots(cores, workers)
+    pending, running, failed, interrupted = list(jobs), {}, [], []
+    total, done = len(jobs), 0
+    can_pin = hasattr(os, "sched_setaffinity")
+    started = {}  # run-name key -> start time
+    try:
+        while pending or running:
+            for slot in range(len(slots)):
+                if slot in running or not pending:
+                    continue
+                now = time.time()
+                free = [j for j in pending if now - started.get(run_name_key(j, script_stem), -2.0) > 1.05]
+                if not free:
+                    break
+                job = free[0]
+                pending.remove(job)
+                started[run_name_key(job, script_stem)] = now
+                job.cpus = slots[slot]
+                log = open(job.log_path, "w")
+                log.write(f"$ {shlex.join(job.argv)}\n# cpus {job.cpus}\n")
+                log.flush()
+                pin = (lambda cpus=tuple(job.cpus): os.sched_setaffinity(0, cpus)) if can_pin else None
+                proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=run_env(len(job.cpus)),
+                                        preexec_fn=pin, start_new_session=True)
+                running[slot] = (job, proc, log, time.time())
+            time.sleep(0.05)
+            for slot, (job, proc, log, t0) in list(running.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                log.close()
+                del running[slot]
+                done += 1
+                state = "ok  " if rc == 0 else f"FAIL rc={rc}"
+                print(f"[{done:>{len(str(total))}}/{total}] {state} {time.time() - t0:6.1f}s  {job.label}", flush=True)
+                if rc != 0:
+                    failed.append((job, rc))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: forwarding SIGINT to {len(running)} running run(s) so they can checkpoint",
+              file=sys.stderr)
+        for job, proc, log, _ in running.values():
+            proc.send_signal(signal.SIGINT)
+        for job, proc, log, _ in running.values():
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                rc = proc.wait()
+            log.close()
+            interrupted.append((job, rc))
+        interrupted += [(job, None) for job in pending]
+    return failed, interrupted
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Slurm: a commands file (one run per line) and an array job that runs line $SLURM_ARRAY_TASK_ID + 1
+# ---------------------------------------------------------------------------------------------------------
+PLACEHOLDER = re.compile(r"(?<!\$)\{([a-z_][a-z0-9_]*)\}")
+
+
+def render_template(template: str, values: dict) -> str:
+    """Replace {name} placeholders; `${VAR}` (shell) is left alone and `{{` / `}}` give literal braces."""
+    protected = template.replace("{{", "\x00").replace("}}", "\x01")
+    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(protected) if m.group(1) not in values})
+    if unknown:
+        raise UsageError(f"--slurm-template: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
+                         f"known: {', '.join(sorted(values))} (add your own with --slurm-set NAME=VALUE)")
+    rendered = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), protected)
+    return rendered.replace("\x00", "{").replace("\x01", "}")
+
+
+def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
+    values = dict(SLURM_DEFAULTS)
+    last = len(jobs) - 1
+    values.update({
+        "job_name": args.job_name, "num_tasks": len(jobs), "last_task": last,
+        "max_parallel": args.max_parallel, "cpus": args.cpus_per_run,
+        "array": f"0-{last}%{args.max_parallel}" if args.max_parallel > 0 else f"0-{last}",
+        "commands_file": os.path.abspath(commands_file), "log_dir": os.path.abspath(log_dir),
+        "workdir": os.getcwd(), "python": args.python,
+    })
+    for item in args.slurm_set:
+        if "=" not in item:
+            raise UsageError(f"--slurm-set {item!r}: write NAME=VALUE (e.g. --slurm-set partition=gpu)")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m cleanrl_scaling.utils.launcher",
+        usage="%(prog)s SCRIPT [options] [-- flags for every run]",
+        description="Run a grid (env ids x flag sets x sweeps x seeds) locally or as a Slurm array. "
+                    "Flags after '--' go to every run unchanged.")
+    p.add_argument("script", help="the training script, e.g. cleanrl_scaling/noisy_sgd.py")
+    p.add_argument("--env-ids", nargs="+", default=[], help="passed as --env-id (omit for scripts without one)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[], help="passed as --seed (omit: the script's default)")
+    p.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
+                   help="a swept flag (repeatable; the grid is the product); true/false give --NAME / --no-NAME")
+    p.add_argument("--flag-set", action="append", default=[], metavar='"FLAGS"',
+                   help="one alternative set of flags, quoted (repeatable; crossed with the sweeps)")
+    p.add_argument("--runs-dir", default="runs", help="passed to every run; --skip-finished looks here (default runs)")
+    p.add_argument("--workers", type=int, default=1, help="runs at once locally; each gets cores // workers cores")
+    p.add_argument("--cores", type=int, default=0, help="cores to share out (default: all this process may use)")
+    p.add_argument("--job-name", default="", help="name of the sweep (log directory, Slurm job); default: script name")
+    p.add_argument("--log-dir", default="", help="default: RUNS_DIR/_launcher/JOB_NAME_<time>")
+    p.add_argument("--dry-run", action="store_true", help="print the commands (and the Slurm script) and run nothing")
+    p.add_argument("--skip-finished", action="store_true",
+                   help="skip grid points with a finished run (summary.json status finished) in --runs-dir")
+    p.add_argument("--python", default=sys.executable, help="interpreter of the runs (default: this one)")
+    p.add_argument("--slurm-template", nargs="?", const=DEFAULT_TEMPLATE, default=None, metavar="PATH",
+                   help="submit a Slurm array rendered from this template (no PATH: the bundled one)")
+    p.add_argument("--no-submit", action="store_true",
+                   help="with --slurm-template: write the files and print the script; no sbatch")
+    p.add_argument("--cpus-per-run", type=int, default=1, help="Slurm: {cpus}, cores per array task")
+    p.add_argument("--max-parallel", type=int, default=0, help="Slurm: array throttle %%N (0 = none)")
+    p.add_argument("--slurm-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="Slurm: set or add a placeholder, e.g. time=12:00:00, mem=32G, partition=gpu")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)  # what follows '--' goes to every run untouched
+    args = p.parse_args(argv[:split])
+    args.script_args = argv[split + 1:]
+    return args
+
+
+def check_args(args) -> None:
+    if not os.path.isfile(args.script):
+        raise UsageError(f"script {args.script!r} not found; pass the path of a training script")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1 (got {args.workers})")
+    if args.cores < 0 or args.cpus_per_run < 1 or args.max_parallel < 0:
+        raise UsageError("--cores must be >= 0, --cpus-per-run >= 1 and --max-parallel >= 0")
+    if args.slurm_template and not os.path.isfile(args.slurm_template):
+        raise UsageError(f"--slurm-template {args.slurm_template!r} not found; omit PATH for the bundled template")
+    if args.no_submit and not args.slurm_template:
+        raise UsageError("--no-submit only applies with --slurm-template")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        check_args(args)
+        args.job_name = args.job_name or os.path.splitext(os.path.basename(args.script))[0]
+        jobs = build_jobs(args)
+        script_stem = os.path.splitext(os.path.basename(args.script))[0]
+        skipped = 0
+        if args.skip_finished:
+            configs = finished_configs(args.runs_dir) if os.path.isdir(args.runs_dir) else []
+            kept = [j for j in jobs if not any(run_matches(j, c, script_stem) for c in configs)]
+            skipped = len(jobs) - len(kept)
+            jobs = kept
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_dir = args.log_dir or os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
+        for job in jobs:
+            job.log_path = os.path.join(log_dir, f"{job.index:03d}_{job.label}.log")
+        commands_file = os.path.join(log_dir, "commands.txt")
+        values = slurm_values(args, jobs, commands_file, log_dir) if args.slurm_template and jobs else None
+        script_text = None
+        if values is not None:
+            with open(args.slurm_template) as f:
+                script_text = render_template(f.read(), values)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    header = f"# {len(jobs)} run(s)" + (f", {skipped} skipped as finished" if args.skip_finished else "")
+    if not jobs:
+        print(header + ": nothing to do")
+        return 0
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if args.cores:
+        cores = cores[: args.cores]  # the first K usable cores
+    if args.dry_run:
+        print(header)
+        if script_text is None:
+            share = len(core_slots(cores, args.workers)[0])
+            print(f"# local: {args.workers} worker(s), {share} core(s) and OMP_NUM_THREADS={share} per run")
+        for job in jobs:
+            print(shlex.join(job.argv))
+        if script_text is not None:
+            print(f"# Slurm array script ({args.slurm_template}):")
+            print(script_text)
+        return 0
+
+    os.makedirs(log_dir, exist_ok=True)
+    with open(commands_file, "w") as f:
+        f.write("".join(shlex.join(job.argv) + "\n" for job in jobs))
+    if script_text is not None:
+        script_path = os.path.join(log_dir, f"{slug(args.job_name)}.sbatch")
+        with open(script_path, "w") as f:
+            f.write(script_text)
+        print(f"{header}; commands: {commands_file}; Slurm script: {script_path}; logs: {log_dir}")
+        if args.no_submit:
+            print(script_text)
+            return 0
+        if shutil.which("sbatch") is None:
+            print("error: sbatch not found on this machine; use --no-submit to only write the script", file=sys.stderr)
+            return 2
+        out = subprocess.run(["sbatch", script_path], capture_output=True, text=True)
+        print(out.stdout.strip() or out.stderr.strip())
+        return out.returncode
+
+    print(f"{header}; {args.workers} worker(s); logs in {log_dir}", flush=True)
+    t0 = time.time()
+    failed, interrupted = run_local(jobs, args.workers, cores, log_dir, script_stem)
+    ok = len(jobs) - len(failed) - len(interrupted)
+    print(f"{ok}/{len(jobs)} run(s) succeeded in {time.time() - t0:.1f}s")
+    if failed:
+        print(f"{len(failed)} failed run(s):", file=sys.stderr)
+        for job, rc in failed:
+            print(f"  rc={rc}  {job.log_path}\n         {shlex.join(job.argv)}", file=sys.stderr)
+    if interrupted:
+        print(f"{len(interrupted)} run(s) interrupted or not started; rerun with --skip-finished", file=sys.stderr)
+        return 130
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

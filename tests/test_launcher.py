@@ -1,0 +1,211 @@
+"""cleanrl_scaling/utils/launcher.py: the grid, --dry-run, failures, --skip-finished, per-run cores, Slurm rendering."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from cleanrl_scaling.utils import launcher
+from cleanrl_scaling.utils.rundirs import parse_flags, same_value
+
+FAKE = """import json, os, sys, time
+args = sys.argv[1:]
+flags = {a: b for a, b in zip(args, args[1:] + [""])}
+print("threads", os.environ["OMP_NUM_THREADS"], "cpus", len(os.sched_getaffinity(0)))
+if "--marker" in flags:
+    open(flags["--marker"], "w").write(" ".join(args))
+if "--fail" in args:
+    print("something broke", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+@pytest.fixture
+def fake_script(tmp_path):
+    path = tmp_path / "fake_train.py"
+    path.write_text(FAKE)
+    return str(path)
+
+
+def commands(out: str) -> list:
+    return [shlex.split(line) for line in out.splitlines() if line and not line.startswith("#")]
+
+
+def test_parse_flags_and_same_value():
+    flags = parse_flags(["--a", "1", "--b-c", "x", "y", "--flag", "--no-other", "--d=2", "--neg", "-1"])
+    assert flags == {"a": "1", "b_c": ["x", "y"], "flag": True, "other": False, "d": "2", "neg": "-1"}
+    assert same_value("0.10", 0.1) and same_value("true", True) and same_value("None", None)
+    assert not same_value("0.1", 0.2) and not same_value("1", True) and same_value(["1", "2"], [1, 2])
+
+
+def test_dry_run_prints_the_grid(fake_script, tmp_path, capsys):
+    rc = launcher.main([fake_script, "--env-ids", "A-v5", "B-v5", "--seeds", "1", "2", "--sweep", "lr=0.1,0.01",
+                        "--sweep", "anneal-lr=true,false", "--runs-dir", str(tmp_path / "runs"), "--dry-run",
+                        "--workers", "2", "--", "--total-timesteps", "100"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("# 16 run(s)")
+    cmds = commands(out)
+    assert len(cmds) == 16 and all(c[:2] == [sys.executable, fake_script] for c in cmds)
+    assert cmds[0][2:] == ["--total-timesteps", "100", "--lr", "0.1", "--anneal-lr", "--env-id", "A-v5", "--seed", "1",
+                           "--runs-dir", str(tmp_path / "runs")]
+    grid = {(f["env_id"], f["seed"], f["lr"], f["anneal_lr"]) for f in (parse_flags(c[2:]) for c in cmds)}
+    assert grid == {(e, s, lr, a) for e in ("A-v5", "B-v5") for s in ("1", "2") for lr in ("0.1", "0.01")
+                    for a in (True, False)}
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_flag_sets_cross_the_sweeps(fake_script, tmp_path, capsys):
+    launcher.main([fake_script, "--flag-set", "--exp-name a --x 1", "--flag-set", "--exp-name b", "--sweep", "y=1,2",
+                   "--runs-dir", str(tmp_path), "--dry-run"])
+    flags = [parse_flags(c[2:]) for c in commands(capsys.readouterr().out)]
+    assert [(f["exp_name"], f.get("x"), f["y"]) for f in flags] == [("a", "1", "1"), ("a", "1", "2"),
+                                                                    ("b", None, "1"), ("b", None, "2")]
+
+
+def test_failed_runs_are_listed_with_their_logs_and_exit_nonzero(fake_script, tmp_path, capsys):
+    rc = launcher.main([fake_script, "--flag-set", "", "--flag-set=--fail", "--seeds", "1", "2",
+                        "--workers", "2", "--cores", "2", "--runs-dir", str(tmp_path / "runs"),
+                        "--log-dir", str(tmp_path / "logs")])
+    captured = capsys.readouterr()
+    assert rc == 1
+    failed = [line.split()[1] for line in captured.err.splitlines() if line.strip().startswith("rc=3")]
+    assert len(failed) == 2 and all(os.path.isfile(p) and "_fail_" in p for p in failed)
+    for path in failed:
+        text = open(path).read()
+        assert "something broke" in text and "--fail" in text.splitlines()[0]
+    logs = sorted(os.listdir(tmp_path / "logs"))
+    assert len(logs) == 5 and "commands.txt" in logs  # 4 run logs + the commands file
+    ok_log = next(p for p in logs if p.endswith("_s1.log") and "fail" not in p)
+    assert "threads 1 cpus 1" in open(tmp_path / "logs" / ok_log).read()  # 2 cores / 2 workers
+    assert "2/4 run(s) succeeded" in captured.out
+
+
+def test_all_runs_succeed_exit_zero_and_share_the_cores(fake_script, tmp_path, capsys):
+    rc = launcher.main([fake_script, "--seeds", "1", "--workers", "1", "--cores", "2",
+                        "--runs-dir", str(tmp_path / "runs"), "--log-dir", str(tmp_path / "logs")])
+    assert rc == 0
+    (log,) = [p for p in os.listdir(tmp_path / "logs") if p.endswith(".log")]
+    expected = min(2, len(os.sched_getaffinity(0)))
+    assert f"threads {expected} cpus {expected}" in open(tmp_path / "logs" / log).read()
+
+
+def test_runs_with_the_same_run_name_start_a_second_apart(tmp_path, capsys):
+    """Same env_id, exp_name and seed, other flags: the run directory names would collide within one second."""
+    script = tmp_path / "stamp.py"
+    script.write_text("import sys, time\nopen(sys.argv[sys.argv.index('--out') + 1], 'w').write(repr(time.time()))\n")
+    rc = launcher.main([str(script), "--seeds", "1", "--flag-set", f"--out {tmp_path / 'a'}", "--flag-set",
+                        f"--out {tmp_path / 'b'}", "--workers", "2", "--runs-dir", str(tmp_path / "runs"),
+                        "--log-dir", str(tmp_path / "logs")])
+    assert rc == 0
+    assert abs(float((tmp_path / "a").read_text()) - float((tmp_path / "b").read_text())) >= 1.0
+
+
+def test_core_slots():
+    assert launcher.core_slots([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
+    assert launcher.core_slots([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]
+    assert launcher.core_slots([0, 1], 3) == [[0], [1], [0]]
+    env = launcher.run_env(3)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3" and "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
+
+
+def write_run(root, name, config, status=None):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "metrics.jsonl").write_text("")
+    if status:
+        (run / "summary.json").write_text(json.dumps({"status": status, "global_step": 1, "iteration": 1}))
+
+
+def test_skip_finished_with_config_args(fake_script, tmp_path, capsys):
+    """Scripts whose config.json has no argv: matched on the values in config["args"]."""
+    runs = tmp_path / "runs"
+    base = {"script": "fake_train", "args": {"exp_name": "fake_train", "env_id": "A-v5", "learning_rate": 0.1}}
+    write_run(runs, "A-v5__fake_train__1__1", {**base, "args": {**base["args"], "seed": 1}}, "finished")
+    write_run(runs, "A-v5__fake_train__2__1", {**base, "args": {**base["args"], "seed": 2}}, "interrupted")
+    write_run(runs, "A-v5__fake_train__3__1", {**base, "args": {**base["args"], "seed": 3}})  # no summary: crashed
+    write_run(runs, "A-v5__other__4__1", {**base, "script": "other", "args": {**base["args"], "seed": 4}}, "finished")
+    rc = launcher.main([fake_script, "--env-ids", "A-v5", "--seeds", "1", "2", "3", "4", "--sweep",
+                        "learning-rate=0.1,0.2", "--runs-dir", str(runs), "--skip-finished", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("# 7 run(s), 1 skipped as finished")
+    left = {(f["seed"], f["learning_rate"]) for f in (parse_flags(c[2:]) for c in commands(out))}
+    assert ("1", "0.1") not in left and len(left) == 7
+
+
+def test_skip_finished_with_config_argv(fake_script, tmp_path, capsys):
+    """Scripts that store their argv (noisy_sgd): matched on exactly the flags they were started with."""
+    runs = tmp_path / "runs"
+    argv = ["--total-steps", "10", "--learning-rate", "0.30", "--seed", "1", "--runs-dir", "elsewhere"]
+    write_run(runs, "X__fake_train__1__1", {"script": "fake_train", "argv": argv,
+                                            "args": {"exp_name": "fake_train", "seed": 1}}, "finished")
+    launcher.main([fake_script, "--seeds", "1", "--sweep", "learning-rate=0.3,0.03", "--runs-dir", str(runs),
+                   "--skip-finished", "--dry-run", "--", "--total-steps", "10"])
+    out = capsys.readouterr().out
+    assert out.startswith("# 1 run(s), 1 skipped") and parse_flags(commands(out)[0][2:])["learning_rate"] == "0.03"
+    launcher.main([fake_script, "--seeds", "1", "--sweep", "learning-rate=0.3", "--runs-dir", str(runs),
+                   "--skip-finished", "--dry-run", "--", "--total-steps", "20"])  # another budget: not the same run
+    assert capsys.readouterr().out.startswith("# 1 run(s), 0 skipped")
+
+
+def test_skip_finished_reruns_only_what_did_not_finish_end_to_end(tmp_path, capsys):
+    """noisy_sgd through the launcher: a second call runs only the grid point that failed the first time."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "cleanrl_scaling", "noisy_sgd.py")
+    common = [script, "--runs-dir", str(tmp_path / "runs"), "--workers", "2", "--sweep", "learning-rate=0.1,-1",
+              "--log-dir", str(tmp_path / "logs1"), "--", "--total-steps", "5", "--num-seeds", "2"]
+    assert launcher.main(common) == 1
+    capsys.readouterr()
+    common[common.index("--log-dir") + 1] = str(tmp_path / "logs2")
+    assert launcher.main(common[:1] + ["--skip-finished"] + common[1:]) == 1
+    out = capsys.readouterr()
+    assert "# 1 run(s), 1 skipped as finished" in out.out and "learning-rate_-1" in out.err
+    assert len(os.listdir(tmp_path / "runs")) == 2  # the 2 seeds of the good point, run once
+
+
+def test_slurm_script_is_rendered_and_runs_its_line(fake_script, tmp_path, capsys):
+    marker = tmp_path / "ran.txt"
+    rc = launcher.main([fake_script, "--sweep", "x=a,b,c", "--seeds", "7", "--runs-dir", str(tmp_path / "runs"),
+                        "--log-dir", str(tmp_path / "logs"), "--slurm-template", "--no-submit", "--cpus-per-run", "4",
+                        "--max-parallel", "2", "--job-name", "sweep1", "--slurm-set", "time=01:00:00",
+                        "--", "--marker", str(marker)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    script_path = tmp_path / "logs" / "sweep1.sbatch"
+    text = script_path.read_text()
+    assert text in out
+    for line in ["#SBATCH --job-name=sweep1", "#SBATCH --array=0-2%2", "#SBATCH --cpus-per-task=4",
+                 "#SBATCH --time=01:00:00", "#SBATCH --mem=16G", f"#SBATCH --output={tmp_path / 'logs'}/%x_%A_%a.log",
+                 f'"{tmp_path / "logs" / "commands.txt"}"', "export OMP_NUM_THREADS=4", "${SLURM_ARRAY_TASK_ID}"]:
+        assert line in text, line
+    assert launcher.PLACEHOLDER.search(text) is None  # nothing left unrendered
+    lines = (tmp_path / "logs" / "commands.txt").read_text().splitlines()
+    assert [parse_flags(shlex.split(line)[2:])["x"] for line in lines] == ["a", "b", "c"]
+    # what Slurm would do for array task 1: run line 2 of the commands file
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="1")
+    done = subprocess.run(["bash", str(script_path)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--x b" in marker.read_text() and "task 1 of 3" in done.stdout
+
+
+def test_slurm_placeholders(tmp_path, fake_script, capsys):
+    template = tmp_path / "t.sh"
+    template.write_text("#SBATCH --partition={partition}\nawk '{{print $1}}' ${HOME}/x {num_tasks}\n")
+    rc = launcher.main([fake_script, "--seeds", "1", "2", "--runs-dir", str(tmp_path), "--slurm-template",
+                        str(template), "--dry-run"])
+    assert rc == 2 and "{partition}" in capsys.readouterr().err
+    rc = launcher.main([fake_script, "--seeds", "1", "2", "--runs-dir", str(tmp_path), "--slurm-template",
+                        str(template), "--slurm-set", "partition=gpu", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "#SBATCH --partition=gpu\nawk '{print $1}' ${HOME}/x 2\n" in out
+
+
+def test_usage_errors_exit_2(fake_script, tmp_path, capsys):
+    assert launcher.main(["missing.py", "--dry-run"]) == 2
+    assert launcher.main([fake_script, "--sweep", "lr", "--dry-run"]) == 2
+    assert launcher.main([fake_script, "--workers", "0", "--dry-run"]) == 2
+    assert launcher.main([fake_script, "--dry-run", "--", "--seed", "3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("error: ") for line in err)
