@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# M25 Fig. 5 (§5.2): a shared Nature-CNN encoder against separate actor and critic encoders, as N grows.
+RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig5}
+source "$(dirname "$0")/_mayor2025_common.sh"
+launch mayor2025_fig5 --sweep separate-encoders=false,true --sweep num-envs=8,32,64 -- --total-timesteps "$TOTAL" \
+  --diagnostics-every 10
+figure fig5 "separate_encoders num_envs" "separate={separate_encoders} N={num_envs}"
