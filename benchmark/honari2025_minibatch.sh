@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# H25 Fig. 1 (top) and Fig. 2: 500 envs x 100 steps, the 50 000-sample batch split into 1000x50, 500x100, 250x200,
+# 100x500 and 50x1000 minibatches (number x size); Humanoid, HalfCheetah, Ant, Walker2d; 4 seeds; CleanRL's other
+# defaults. Returns, and the sequential / reference KL between the policies of one update (kl_profile.jsonl,
+# diagnostics/seq_kl_mean, diagnostics/ref_kl_mean). Page: docs/ppo_continuous_mujoco.md
+#   bash benchmark/honari2025_minibatch.sh                   # 80 runs of 10M steps, ~25 min each at 7k SPS
+#   DRY_RUN=1 bash benchmark/honari2025_minibatch.sh         # print the commands only
+# Environment: RUNS_DIR (runs/honari2025_minibatch), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
+# TOTAL_TIMESTEPS (10000000: H25 does not state its budget), DIAGNOSTICS_EVERY (10 iterations), ENV_IDS.
+# Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS_DIR=${RUNS_DIR:-runs/honari2025_minibatch}
+OUT_DIR=${OUT_DIR:-runs/figures}
+WORKERS=${WORKERS:-1}
+PYTHON=${PYTHON:-python}
+TOTAL_TIMESTEPS=${TOTAL_TIMESTEPS:-10000000}
+DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-10}
+read -r -a ENV_IDS <<< "${ENV_IDS:-Humanoid-v4 HalfCheetah-v4 Ant-v4 Walker2d-v4}"
+DRY=()
+[[ -n "${DRY_RUN:-}" ]] && DRY=(--dry-run)
+
+"$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_minibatch \
+  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
+  --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
+  --sweep minibatch-size=50,100,200,500,1000 \
+  -- --env-backend envpool --num-envs 500 --num-steps 100 --total-timesteps "$TOTAL_TIMESTEPS" \
+     --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile
+[[ -n "${DRY_RUN:-}" ]] && exit 0
+
+for ENV_ID in "${ENV_IDS[@]}"; do
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+    --metric charts/episodic_return diagnostics/seq_kl_mean diagnostics/ref_kl_mean \
+    --logy diagnostics/seq_kl_mean diagnostics/ref_kl_mean --group-by minibatch_size \
+    --label "500x100 : {minibatch_size}-sample minibatches" --x global_step --band std \
+    --title "H25 Fig. 1 top / Fig. 2: $ENV_ID, minibatch size (4 seeds, mean and std)" \
+    --out "$OUT_DIR/honari2025_minibatch_$ENV_ID"
+done

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# H25 Fig. 1 (bottom) and Fig. 3: more envs or longer rollouts at the same batch: 1000 envs x 50 steps against
+# 100 envs x 500 steps, next to CleanRL's default 1 x 2048; Humanoid, HalfCheetah, Ant, Walker2d; 4 seeds. The
+# minibatch size is H25's largest of Fig. 1 top, 1000 samples, for the two 50 000-sample batches (H25 does not
+# print it for this figure; MINIBATCH_SIZE overrides it) and CleanRL's 64 for the default.
+# Page: docs/ppo_continuous_mujoco.md
+#   bash benchmark/honari2025_nxt.sh
+#   DRY_RUN=1 bash benchmark/honari2025_nxt.sh              # print the commands only
+# Environment: RUNS_DIR (runs/honari2025_nxt), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
+# TOTAL_TIMESTEPS (10000000: H25 does not state its budget), DIAGNOSTICS_EVERY (10), MINIBATCH_SIZE (1000), ENV_IDS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS_DIR=${RUNS_DIR:-runs/honari2025_nxt}
+OUT_DIR=${OUT_DIR:-runs/figures}
+WORKERS=${WORKERS:-1}
+PYTHON=${PYTHON:-python}
+TOTAL_TIMESTEPS=${TOTAL_TIMESTEPS:-10000000}
+DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-10}
+MINIBATCH_SIZE=${MINIBATCH_SIZE:-1000}
+read -r -a ENV_IDS <<< "${ENV_IDS:-Humanoid-v4 HalfCheetah-v4 Ant-v4 Walker2d-v4}"
+DRY=()
+[[ -n "${DRY_RUN:-}" ]] && DRY=(--dry-run)
+
+"$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_nxt \
+  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
+  --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
+  --flag-set "--env-backend envpool --num-envs 1000 --num-steps 50 --minibatch-size $MINIBATCH_SIZE" \
+  --flag-set "--env-backend envpool --num-envs 100 --num-steps 500 --minibatch-size $MINIBATCH_SIZE" \
+  --flag-set "--env-backend gymnasium --num-envs 1 --num-steps 2048 --num-minibatches 32" \
+  -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile
+[[ -n "${DRY_RUN:-}" ]] && exit 0
+
+for ENV_ID in "${ENV_IDS[@]}"; do
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+    --metric charts/episodic_return diagnostics/seq_kl_mean diagnostics/ref_kl_mean \
+    --logy diagnostics/seq_kl_mean diagnostics/ref_kl_mean --group-by num_envs num_steps \
+    --label "{num_envs}x{num_steps}" --x global_step --band std \
+    --title "H25 Fig. 1 bottom / Fig. 3: $ENV_ID, envs x rollout length (4 seeds, mean and std)" \
+    --out "$OUT_DIR/honari2025_nxt_$ENV_ID"
+done
