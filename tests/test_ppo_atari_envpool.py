@@ -22,7 +22,7 @@ TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--upd
         "--progress", "none"]
 
 
-def run(args, tmp_path, timeout=180, env=None, check=True):
+def run(args, tmp_path, timeout=600, env=None, check=True):
     cmd = [sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs")] + args
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                          env={**os.environ, **(env or {})})
