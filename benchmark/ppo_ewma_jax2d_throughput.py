@@ -1,0 +1,107 @@
+"""Throughput and memory of ppo_ewma_jax2d.py on this machine (issue 4 targets).
+
+For each num_envs: random-action rollout SPS (the environment alone), training SPS (rollout + GAE + update, the
+same jitted chunk the script runs) and their ratio; the compiled training program's memory from XLA's memory
+analysis at --mem-steps (256 by default, so batches too large to run in minutes on CPU are still measured),
+and the process's peak RSS. Prints one table row per num_envs.
+"""
+import argparse
+import functools
+import resource
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
+from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
+
+
+def random_rollout_sps(setup, tasks, num_steps, repeats):
+    def step(envs, key):
+        keys = jax.random.split(key, setup.num_envs + 1)
+        action = jax.vmap(setup.env.action_type.random_action)(keys[1:])
+        envs, *_ = m.env_step(setup, tasks, envs, action, keys[0])
+        return envs, None
+
+    @jax.jit
+    def rollout(envs, key):
+        return jax.lax.scan(step, envs, jax.random.split(key, num_steps))[0]
+    envs = m.init_runner(setup, tasks, 0).envs
+    envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))  # compile
+    t = time.time()
+    for i in range(repeats):
+        envs = rollout(envs, jax.random.PRNGKey(i + 1))
+    jax.block_until_ready(envs)
+    return repeats * num_steps * setup.num_envs / (time.time() - t)
+
+
+def configure(num_envs, num_steps, num_tasks):
+    args = m.Args(num_envs=num_envs, num_steps=num_steps, num_tasks=num_tasks, diagnostics_every=0,
+                  updates_per_chunk=1, total_timesteps=num_envs * num_steps)
+    scaling = m.validate(args)
+    args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
+    args.learning_rate, args.num_iterations = scaling["learning_rate"], 1
+    return args
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--num-steps", type=int, default=32, help="rollout length of the timed runs")
+    parser.add_argument("--mem-envs", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--memory-gib", type=float, default=24.0)
+    parser.add_argument("--mem-steps", type=int, default=256)
+    parser.add_argument("--num-tasks", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=2)
+    opts = parser.parse_args()
+    print("| num_envs | steps | random SPS | train SPS | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in opts.num_envs:
+        args = configure(n, opts.num_steps, opts.num_tasks)
+        setup, tasks, chunk, _, init = m.build(m.build_config(args))
+        hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
+                        vf_coef=jnp.float32(0.5))
+        rand = random_rollout_sps(setup, tasks, opts.num_steps, opts.repeats)
+        runner = init(tasks, 1)
+        probe = m.empty_probe(setup, runner.train.params, tasks.obs.shape[-1], len(setup.probe_index))
+        runner, probe, *_ = jax.block_until_ready(chunk(hyper, tasks, runner, probe, 1, -1))  # compile
+        t = time.time()
+        for _ in range(opts.repeats):
+            runner, probe, stats, _ = chunk(hyper, tasks, runner, probe, 1, -1)
+        jax.block_until_ready(stats)
+        train = opts.repeats * n * opts.num_steps / (time.time() - t)
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} |", flush=True)
+    print(f"\npeak RSS of the timed runs: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    print("\n| num_envs | steps | XLA temp + args + outputs (GiB) | fits in 24 GiB |")
+    print("|---:|---:|---:|---|")
+    measured = {n: compiled_memory_gib(n, opts.mem_steps, opts.num_tasks) for n in opts.mem_envs}
+    for n, gib in measured.items():
+        print(f"| {n} | {opts.mem_steps} | {gib:.2f} | {'yes' if gib < opts.memory_gib else 'no'} |", flush=True)
+    # memory is affine in num_envs: extrapolate from the two largest sizes, then check the estimate by compiling it
+    (n0, g0), (n1, g1) = sorted(measured.items())[-2:]
+    per_env = (g1 - g0) / (n1 - n0)
+    largest = int((opts.memory_gib - (g1 - per_env * n1)) / per_env) // 256 * 256
+    gib = compiled_memory_gib(largest, opts.mem_steps, opts.num_tasks)
+    while gib >= opts.memory_gib:
+        largest -= 256
+        gib = compiled_memory_gib(largest, opts.mem_steps, opts.num_tasks)
+    print(f"| {largest} | {opts.mem_steps} | {gib:.2f} | yes (largest multiple of 256, {per_env * 2**10:.2f} MiB/env) |")
+
+
+def compiled_memory_gib(num_envs, num_steps, num_tasks):
+    """XLA's memory analysis of the compiled training chunk (no execution): temp + arguments + outputs."""
+    args = configure(num_envs, num_steps, num_tasks)
+    setup, tasks, chunk, _, _ = m.build(m.build_config(args))
+    hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
+                    vf_coef=jnp.float32(0.5))
+    runner = jax.eval_shape(lambda: m.init_runner(setup, tasks, 1))
+    probe = jax.eval_shape(lambda: m.empty_probe(setup, m.init_runner(setup, tasks, 1).train.params,
+                                                 tasks.obs.shape[-1], len(setup.probe_index)))
+    mem = chunk.lower(hyper, tasks, runner, probe, 1, -1).compile().memory_analysis()
+    return (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**30
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1241 @@
+# PPO and PPO-EWMA on procedurally generated Jax2D locomotion tasks (B26 §2.2–5, App. A–C): the whole
+# training loop is jitted (PureJaxRL style), with a host loop around chunks of updates for logging,
+# evaluation, diagnostics and checkpoints. Docs: docs/ppo_ewma_jax2d.md
+import dataclasses
+import functools
+import json
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Optional
+
+import numpy as np
+import tyro
+
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "cleanrl_scaling_jax"))
+import jax  # noqa: E402  (after the cache directory is chosen)
+from jax.flatten_util import ravel_pytree  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import flax.linen as nn  # noqa: E402
+import optax  # noqa: E402
+from flax import struct  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+# >>> shared:run-args
+@dataclass
+class RunArgs:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, mirror the run to Weights and Biases (set WANDB_MODE=offline to work without an account)"""
+    wandb_project_name: str = "cleanrl_scaling"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    runs_dir: str = "runs"
+    """where run directories are created"""
+    save_model: bool = False
+    """if toggled, save the final model to the run directory and evaluate it"""
+    checkpoint_every: int = 0
+    """write a checkpoint every K iterations (0 = only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to resume from (continues in that checkpoint's run directory)"""
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    """progress display: a bar on a terminal, plain periodic lines otherwise (auto)"""
+# <<< shared:run-args
+
+# >>> shared:scaling-args
+@dataclass
+class ScalingArgs:
+    minibatch_size: int = 0
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
+    """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
+    base_num_envs: int = 0
+    """number of envs of the base configuration for the recipes (0 = this script's default --num-envs)"""
+    minibatch_multiplier: int = 16
+    """hybrid recipe: minibatch size x b, minibatches x s/b, lr x sqrt(b) (B26 App. D used b=16)"""
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"
+    """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
+    diagnostics_every: int = 20
+    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    diagnostics_states: int = 4096
+    """at most this many states of the rollout batch are used by the diagnostics"""
+    kl_profile: bool = True
+    """on diagnostic iterations, write the per-minibatch-step seq/ref KL to kl_profile.jsonl (H25 Fig. 2)"""
+# <<< shared:scaling-args
+
+@dataclass
+class Args(ScalingArgs, RunArgs):
+    capture_video: bool = False
+    """(CleanRL flag) not supported here: rejected with a clear message if set"""
+
+    # Algorithm specific arguments (defaults: B26 App. A, Table 2)
+    env_id: str = "Jax2D-Locomotion-l"
+    """Jax2D-Locomotion-{s,m,l}: kinetix's procedural locomotion generator at that scene size"""
+    total_timesteps: int = 100_000_000
+    """total timesteps of the experiments"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 2048
+    """the number of parallel environments (split over all visible devices)"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = False
+    """Toggle learning rate annealing (off: B26 used Stoix's constant learning rate; Fig. 4 sweeps both)"""
+    gamma: float = 0.995
+    """the discount factor gamma"""
+    gae_lambda: float = 0.9
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 32
+    """the number of mini-batches"""
+    update_epochs: int = 8
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+
+    # PPO-EWMA (B26 §2.2, Hilton et al. 2022)
+    ewma_com: float = 0.0
+    """center of mass C of the proximal policy, in minibatch steps (0 = plain PPO); beta = C / (C + 1)"""
+    imp_samp_max: float = 100.0
+    """PPO-EWMA: truncate the importance ratio pi/pi_behavior at this value, as Hilton et al.'s code (0 = off)"""
+
+    # Tasks, network, evaluation
+    task_seed: int = 0
+    """seed of the fixed task set (the same tasks, bit for bit, on every run)"""
+    num_tasks: int = 512
+    """number of tasks; task i depends only on --task-seed and i, so a smaller set is a prefix of the full one"""
+    hidden_size: int = 256
+    """width of the actor and critic MLPs"""
+    num_hidden_layers: int = 3
+    """hidden layers of the actor and critic MLPs"""
+    eval_every: int = 10
+    """log charts/solve_rate over all tasks every K iterations, sampled and greedy (0 = only at the end)"""
+    updates_per_chunk: int = 4
+    """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
+    init_from: Optional[str] = None
+    """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size_resolved: int = 0
+    """the minibatch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+# >>> shared:errors
+class UsageError(Exception):
+    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
+
+
+def exit_usage(err: Exception) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+# <<< shared:errors
+
+# >>> shared:scaling
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def resolve_scaling(args) -> dict:
+    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
+    n, t = args.num_envs, args.num_steps
+    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
+    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
+    check(args.num_minibatches >= 1, f"--num-minibatches must be >= 1 (got {args.num_minibatches})")
+    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    batch = n * t
+    base_batch = base_envs * t
+    if args.minibatch_size > 0:  # an explicit size decides (and is the base size under a recipe)
+        base_mb = args.minibatch_size
+    else:
+        check(base_batch % args.num_minibatches == 0,
+              f"--num-minibatches {args.num_minibatches} does not divide the base batch {base_envs}x{t}; "
+              "choose a divisor or pass --minibatch-size")
+        base_mb = base_batch // args.num_minibatches
+    s = n / base_envs
+    lr = args.learning_rate
+    recipe = args.scaling_recipe
+    if recipe == "none":
+        mb = args.minibatch_size if args.minibatch_size > 0 else batch // args.num_minibatches
+        if args.minibatch_size <= 0:
+            check(batch % args.num_minibatches == 0,
+                  f"--num-minibatches {args.num_minibatches} does not divide the batch {n}x{t}={batch}")
+    else:
+        check(base_batch % base_mb == 0,
+              f"--minibatch-size {base_mb} does not divide the base batch {base_envs}x{t}={base_batch}")
+        b = args.minibatch_multiplier if recipe == "hybrid" else 1
+        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
+            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb = base_mb * b
+            lr = lr * math.sqrt(b)
+    check(mb >= 1 and batch % mb == 0,
+          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
+          "--minibatch-size or the recipe's --base-num-envs")
+    num_mb = batch // mb
+    if args.lr_scaling != "none":
+        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
+              f"--scaling-recipe {recipe}, which already scales the lr")
+        ratio = mb / base_mb
+        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
+            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+# <<< shared:scaling
+
+# >>> shared:rundir
+def package_versions() -> dict:
+    from importlib import metadata
+    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def claim_run_dir(path: str) -> str:
+    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
+    candidate, k = path, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            k += 1
+            candidate = f"{path}-{k}"
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
+        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        self.kl_profile = None
+        from tensorboard.summary import Writer
+        self.tb = Writer(run_dir)
+        self.wandb = None
+        if args.track:
+            import wandb
+            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
+                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
+        self.t0 = time.time()
+        self.total_steps = total_steps
+        self.last_return = float("nan")
+        mode = args.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.mode, self.last_line = mode, 0.0
+
+    def _truncate_after(self, iteration: int) -> None:
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if iteration == 0 or not os.path.exists(path):
+            return
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        atomic_write(path, "".join(kept).encode())
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if "charts/episodic_return" in scalars:
+            self.last_return = float(scalars["charts/episodic_return"])
+
+    def log_profile(self, row: dict) -> None:
+        if self.kl_profile is None:
+            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
+        self.kl_profile.write(json.dumps(row) + "\n")
+
+    def progress(self, step: int, sps: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(step, self.total_steps)
+            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.refresh()
+        elif self.mode == "lines" and time.time() - self.last_line > 10:
+            self.last_line = time.time()
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+
+    def flush(self) -> None:
+        self.metrics.flush()
+        if self.kl_profile is not None:
+            self.kl_profile.flush()
+        self.tb.flush()
+
+    def close(self, summary: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
+        if self.bar is not None:
+            self.bar.close()
+        self.flush()
+        self.metrics.close()
+        if self.kl_profile is not None:
+            self.kl_profile.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+# <<< shared:rundir
+
+# >>> shared:checkpoint
+def save_checkpoint(path: str, state: dict) -> None:
+    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_checkpoint(path: str, script: str, signature: dict) -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
+    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+    check(isinstance(state, dict) and state.get("script") == script,
+          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; resume it with that script")
+    for key, value in signature.items():
+        saved = state["signature"].get(key)
+        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+              f"pass --{key.replace('_', '-')} {saved}")
+    return state
+# <<< shared:checkpoint
+
+# >>> shared:diagnostics
+def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
+    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
+
+
+def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
+    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
+    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
+    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
+
+
+def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
+    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
+    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
+    def smallest_k(values):
+        total = values.sum()
+        if total <= 0:
+            return 0
+        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
+    return smallest_k(sigma ** 2), smallest_k(sigma)
+
+
+def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
+    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
+    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
+    scores = []
+    for h in activations:
+        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
+        layer_mean = per_unit.mean()
+        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
+    scores = np.concatenate(scores)
+    return {tau: float(np.mean(scores <= tau)) for tau in taus}
+
+
+def log_grad_kurtosis(grad: np.ndarray) -> float:
+    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
+    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
+    centred = x - x.mean()
+    var = np.mean(centred ** 2)
+    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
+
+
+def ess_pct(log_ratio: np.ndarray) -> float:
+    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
+    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
+    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
+
+
+def policy_variance(outputs: np.ndarray) -> float:
+    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
+    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
+
+
+def kl_profile(kl_between) -> tuple:
+    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
+    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
+    num_steps = kl_between.num_policies - 1
+    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
+    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
+    return seq, ref
+
+# <<< shared:diagnostics
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment: a fixed set of generated tasks, replayed by resetting to a stored level
+# ---------------------------------------------------------------------------------------------------------
+ENV_SIZES = {"Jax2D-Locomotion-s": "s", "Jax2D-Locomotion-m": "m", "Jax2D-Locomotion-l": "l"}
+
+
+def make_env(env_id: str):
+    """Symbolic-flat observations (an MLP's input, B26 App. A) and multi-discrete motor/thruster actions."""
+    from kinetix.environment.env import make_kinetix_env
+    from kinetix.environment.env_state import EnvParams
+    from kinetix.environment.spaces import ActionType, ObservationType
+    from kinetix.environment.utils import static_env_params_from_size
+    static_params = static_env_params_from_size(ENV_SIZES[env_id])
+    env_params = EnvParams()
+    env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params,
+                           static_params, auto_reset=False)
+    return env, env_params, static_params
+
+
+class Tasks(struct.PyTreeNode):
+    states: Any  # EnvState with a leading [num_tasks] axis: the level each task resets to
+    obs: jnp.ndarray  # [num_tasks, obs_dim] observation of each stored level
+
+
+def generate_tasks(env, env_params, static_params, task_seed: int, num_tasks: int) -> Tasks:
+    """Task i = the locomotion generator at fold_in(PRNGKey(task_seed), i): fixed, and prefix-stable."""
+    from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level
+
+    def one(i):
+        level = sample_locomotion_level(jax.random.fold_in(jax.random.PRNGKey(task_seed), i), env_params, static_params)
+        return level, env.get_obs(level)
+    states, obs = jax.jit(jax.vmap(one))(jnp.arange(num_tasks))
+    return Tasks(states=states, obs=obs)
+
+
+def action_layout(env, env_params):
+    """Choices per action dimension (3 per motor, 2 per thruster) and the [D, A] mask of valid choices."""
+    dims = np.asarray(env.action_space(env_params).number_of_dims_per_distribution)
+    mask = np.arange(dims.max())[None, :] < dims[:, None]
+    return dims, mask
+
+
+def tree_select(cond, on_true, on_false):
+    """Per-env select between two batched pytrees (cond: [N])."""
+    return jax.tree.map(lambda a, b: jnp.where(cond.reshape(cond.shape + (1,) * (a.ndim - 1)), a, b), on_true, on_false)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Agent: separate actor and critic MLPs (B26 App. A: 3 layers of width 256)
+# ---------------------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out_size: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        hidden = []
+        for _ in range(self.num_layers):
+            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            hidden.append(x)
+        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
+
+
+class ActorCritic(nn.Module):
+    action_mask: Any  # numpy [D, A] bool
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        """obs [..., O] -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
+        d, a = self.action_mask.shape
+        logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(obs)
+        value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(obs)
+        logits = jnp.where(self.action_mask, logits.reshape(obs.shape[:-1] + (d, a)), -1e9)
+        return logits, value[..., 0], actor_hidden, critic_hidden
+
+
+def log_prob(logits, actions):
+    """Multi-discrete log-probability: the sum over action dimensions."""
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0].sum(-1)
+
+
+def entropy(logits):
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return -(jnp.exp(logp_all) * logp_all).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# State: named pytrees instead of positional tuples
+# ---------------------------------------------------------------------------------------------------------
+class TrainState(struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+    prox_params: Any  # theta_prox, the EWMA of theta (B26 §2.2); equal to params when --ewma-com 0
+
+
+class EnvBatch(struct.PyTreeNode):
+    state: Any  # EnvState [N]
+    obs: jnp.ndarray  # [N, O]
+    ep_return: jnp.ndarray  # [N] return of the running episode
+    ep_length: jnp.ndarray  # [N]
+
+
+class RunnerState(struct.PyTreeNode):
+    train: TrainState
+    envs: EnvBatch
+    key: jnp.ndarray  # the training RNG stream (diagnostics and evaluation never draw from it)
+
+
+class Transition(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    value: jnp.ndarray
+    reward: jnp.ndarray
+    done: jnp.ndarray  # the episode ended after this step
+    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN: no bootstrap (a time limit bootstraps)
+    next_value: jnp.ndarray  # V(true next observation), used only when the episode was truncated
+
+
+class Episodes(NamedTuple):
+    done: jnp.ndarray  # [T, N]
+    ep_return: jnp.ndarray
+    ep_length: jnp.ndarray
+    solved: jnp.ndarray  # the episode ended touching the goal
+
+
+class Probe(struct.PyTreeNode):
+    """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
+    params_before: Any
+    first_grad: jnp.ndarray  # flat first-minibatch gradient
+    logits: jnp.ndarray  # [J+1, S, D, A]: pi_0 (behavior) ... pi_J on the fixed state set S
+    obs: jnp.ndarray  # [S, O]
+    actions: jnp.ndarray  # [S, D]
+    steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
+
+
+class Hyper(struct.PyTreeNode):
+    """Hyperparameters passed as traced values: changing them (a COM or epsilon sweep, a reload with
+    another COM) reuses the compiled program."""
+    clip_coef: jnp.ndarray
+    ewma_com: jnp.ndarray
+    ent_coef: jnp.ndarray
+    vf_coef: jnp.ndarray
+
+
+class Setup(NamedTuple):
+    """Static configuration closed over by the jitted functions."""
+    env: Any
+    env_params: Any
+    network: ActorCritic
+    optimizer: Any
+    mesh: Mesh
+    num_envs: int
+    num_steps: int
+    num_tasks: int
+    num_minibatches: int
+    update_epochs: int
+    gamma: float
+    gae_lambda: float
+    clip_vloss: bool
+    norm_adv: bool
+    use_ewma: bool  # --ewma-com > 0: B26 eq. 4 with theta_prox; else plain PPO
+    imp_samp_max: float
+    target_kl: Optional[float]
+    probe_index: np.ndarray  # indices of the diagnostic states in the flattened batch
+    max_timesteps: int
+
+
+def shard_envs(setup: Setup, tree):
+    """SPEC §7: the env axis is split over all devices; everything else is replicated."""
+    spec = NamedSharding(setup.mesh, P("envs"))
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+
+def runner_shardings(setup: Setup, runner: RunnerState):
+    sharded, replicated = NamedSharding(setup.mesh, P("envs")), NamedSharding(setup.mesh, P())
+    return RunnerState(train=jax.tree.map(lambda _: replicated, runner.train),
+                       envs=jax.tree.map(lambda _: sharded, runner.envs), key=replicated)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout
+# ---------------------------------------------------------------------------------------------------------
+def env_step(setup: Setup, tasks: Tasks, envs: EnvBatch, action, reset_key):
+    """Step every env; an ended episode resets to a task drawn uniformly from the stored set."""
+    obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
+        None, envs.state, action, setup.env_params)
+    solved = done & info["GoalR"]
+    terminated = done & ((state.timestep < setup.max_timesteps) | solved)
+    ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
+    idx = jax.random.randint(reset_key, (setup.num_envs,), 0, setup.num_tasks)
+    reset_state = jax.tree.map(lambda x: x[idx], tasks.states)
+    new_envs = EnvBatch(state=tree_select(done, reset_state, state), obs=jnp.where(done[:, None], tasks.obs[idx], obs),
+                        ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
+    episodes = Episodes(done=done, ep_return=ep_return, ep_length=ep_length, solved=solved)
+    return shard_envs(setup, new_envs), obs, reward, done, terminated, episodes
+
+
+def rollout_step(setup: Setup, tasks: Tasks, params, envs: EnvBatch, key):
+    key_action, key_reset = jax.random.split(key)
+    logits, value, _, _ = setup.network.apply(params, envs.obs)
+    action = jax.random.categorical(key_action, logits)
+    new_envs, true_next_obs, reward, done, terminated, episodes = env_step(setup, tasks, envs, action, key_reset)
+    _, next_value, _, _ = setup.network.apply(params, true_next_obs)  # bootstraps a time-limit truncation
+    transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
+                            done=done, terminated=terminated, next_value=next_value)
+    return new_envs, (transition, episodes)
+
+
+def collect_rollout(setup: Setup, tasks: Tasks, params, envs: EnvBatch, key):
+    keys = jax.random.split(key, setup.num_steps)
+    step = functools.partial(rollout_step, setup, tasks, params)
+    return jax.lax.scan(step, envs, keys)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Advantages
+# ---------------------------------------------------------------------------------------------------------
+def gae_step(gamma: float, lam: float, carry, t: Transition):
+    """GAE (Schulman et al. 2016) backwards in time; a truncated episode bootstraps from V(true next obs)."""
+    next_adv, next_value = carry
+    v_next = jnp.where(t.done, jnp.where(t.terminated, 0.0, t.next_value), next_value)
+    delta = t.reward + gamma * v_next - t.value
+    adv = delta + gamma * lam * (1.0 - t.done) * next_adv
+    return (adv, t.value), adv
+
+
+def compute_gae(traj: Transition, last_value, gamma: float, lam: float):
+    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam), (jnp.zeros_like(last_value), last_value),
+                                 traj, reverse=True)
+    return advantages, advantages + traj.value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loss and update
+# ---------------------------------------------------------------------------------------------------------
+def ewma_update(prox_params, params, com: float):
+    """B26 §2.2: theta_prox <- beta theta_prox + (1 - beta) theta, beta = C / (C + 1) (footnote 1)."""
+    beta = com / (com + 1.0)
+    return jax.tree.map(lambda q, p: beta * q + (1.0 - beta) * p, prox_params, params)
+
+
+def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: float, imp_samp_max: float):
+    """B26 eq. 4 per sample: pi_prox/pi_behavior * max(-A r_prox, -A clip(r_prox)). As in Hilton et al.'s code,
+    pi_behavior is raised to pi/imp_samp_max so that pi/pi_behavior <= imp_samp_max (no gradient through it).
+    With pi_prox = pi_behavior and no truncation this is CleanRL's PPO loss, bit for bit."""
+    logp_adj = behavior_logp
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behavior_logp, jax.lax.stop_gradient(newlogp) - math.log(imp_samp_max))
+    ratio = jnp.exp(newlogp - prox_logp)
+    weight = jnp.exp(prox_logp - logp_adj)
+    return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
+
+
+class Batch(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    advantages: jnp.ndarray
+    returns: jnp.ndarray
+    value: jnp.ndarray
+
+
+def ppo_loss(setup: Setup, hyper: Hyper, params, prox_params, mb: Batch):
+    """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox."""
+    logits, newvalue, _, _ = setup.network.apply(params, mb.obs)
+    newlogp = log_prob(logits, mb.action)
+    logratio = newlogp - mb.logp
+    ratio = jnp.exp(logratio)
+    advantages = mb.advantages
+    if setup.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    if setup.use_ewma:
+        prox_logits, _, _, _ = setup.network.apply(prox_params, mb.obs)
+        prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
+        pg_loss = decoupled_pg_loss(newlogp, prox_logp, mb.logp, advantages, hyper.clip_coef, setup.imp_samp_max).mean()
+        clip_ratio = jnp.exp(newlogp - prox_logp)
+    else:  # plain PPO: the behavior policy is also the proximal one, nothing to truncate
+        pg_loss = decoupled_pg_loss(newlogp, mb.logp, mb.logp, advantages, hyper.clip_coef, 0.0).mean()
+        clip_ratio = ratio
+    if setup.clip_vloss:
+        v_clipped = mb.value + jnp.clip(newvalue - mb.value, -hyper.clip_coef, hyper.clip_coef)
+        v_loss = 0.5 * jnp.maximum((newvalue - mb.returns) ** 2, (v_clipped - mb.returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb.returns) ** 2).mean()
+    entropy_loss = entropy(logits).mean()
+    loss = pg_loss - hyper.ent_coef * entropy_loss + v_loss * hyper.vf_coef
+    stats = jnp.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(), ((ratio - 1) - logratio).mean(),
+                       (jnp.abs(clip_ratio - 1.0) > hyper.clip_coef).mean()])
+    return loss, jax.lax.stop_gradient(stats)
+
+
+class UpdateCarry(struct.PyTreeNode):
+    train: TrainState
+    probe: Probe
+    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
+    steps: jnp.ndarray
+    stopped: jnp.ndarray  # --target-kl ended the epochs
+
+
+def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
+    train = carry.train
+    (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, setup, hyper), has_aux=True)(
+        train.params, train.prox_params, mb)
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = setup.optimizer.update(grads, train.opt_state, train.params)
+    params = optax.apply_updates(train.params, updates)
+    new_train = TrainState(params=params, opt_state=opt_state, prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
+    probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
+                         carry.probe, carry.steps, grads, params)
+    new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
+                      steps=carry.steps + 1, stopped=carry.stopped)
+    return new, stats
+
+
+def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
+    def run(carry):
+        n = batch.obs.shape[0]
+        perm = jax.random.permutation(key, n).reshape(setup.num_minibatches, -1)
+        minibatches = jax.tree.map(lambda x: x[perm], batch)
+        carry, stats = jax.lax.scan(functools.partial(minibatch_step, setup, hyper, probe_on), carry, minibatches)
+        stopped = stats[-1, 4] > setup.target_kl if setup.target_kl is not None else carry.stopped
+        return carry.replace(stopped=stopped)
+    return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
+
+
+def update_iteration(setup: Setup, hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe, probe_on):
+    """One PPO iteration: rollout, GAE, update_epochs x num_minibatches steps."""
+    key, key_rollout, key_update = jax.random.split(runner.key, 3)
+    params = runner.train.params
+    envs, (traj, episodes) = collect_rollout(setup, tasks, params, runner.envs, key_rollout)
+    _, last_value, _, _ = setup.network.apply(params, envs.obs)
+    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda)
+    batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
+                         Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value))
+    probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
+    carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+                        stopped=jnp.zeros((), bool))
+    keys = jax.random.split(key_update, setup.update_epochs)
+    carry, _ = jax.lax.scan(functools.partial(update_epoch, setup, hyper, batch, probe_on), carry, keys)
+    var_y = jnp.var(batch.returns)
+    explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
+    stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
+    return RunnerState(train=carry.train, envs=envs, key=key), carry.probe, stats, episodes
+
+
+def train_chunk(setup: Setup, max_updates: int, hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe,
+                num_updates, probe_at):
+    """Run num_updates (<= max_updates, dynamic: one compiled program for every chunk length) updates;
+    the update at index probe_at (-1: none) fills the probe. Returns per-update stats and episodes."""
+    stats_buf = jnp.full((max_updates, 8), jnp.nan)
+    shape = (max_updates, setup.num_steps, setup.num_envs)
+    episodes_buf = Episodes(jnp.zeros(shape, bool), jnp.zeros(shape), jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool))
+
+    def body(i, carry):
+        runner, probe, stats_buf, episodes_buf = carry
+        runner, probe, stats, episodes = update_iteration(setup, hyper, tasks, runner, probe, i == probe_at)
+        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episodes)
+        return runner, probe, stats_buf.at[i].set(stats), episodes_buf
+
+    return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): recorded inside the update behind lax.cond, read-only, no training RNG draws
+# ---------------------------------------------------------------------------------------------------------
+def empty_probe(setup: Setup, params, obs_dim: int, num_diag: int) -> Probe:
+    d, a = setup.network.action_mask.shape
+    num_policies = setup.update_epochs * setup.num_minibatches + 1
+    flat, _ = ravel_pytree(params)
+    return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
+                 logits=jnp.zeros((num_policies, num_diag, d, a)), obs=jnp.zeros((num_diag, obs_dim)),
+                 actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
+
+
+def start_probe(setup: Setup, probe: Probe, params, batch: Batch) -> Probe:
+    obs, actions = batch.obs[setup.probe_index], batch.action[setup.probe_index]
+    logits, _, _, _ = setup.network.apply(params, obs)
+    return probe.replace(params_before=params, obs=obs, actions=actions, logits=probe.logits.at[0].set(logits),
+                         steps=jnp.zeros((), jnp.int32))
+
+
+def record_probe_step(setup: Setup, probe: Probe, step, grads, params) -> Probe:
+    first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
+    logits, _, _, _ = setup.network.apply(params, probe.obs)
+    return probe.replace(first_grad=first_grad, logits=probe.logits.at[step + 1].set(logits), steps=step + 1)
+
+
+def log_softmax64(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+class PolicyKL:
+    """kl_between(i, j) = per-state KL(pi_i || pi_j), summed over the action dimensions (for kl_profile)."""
+
+    def __init__(self, logps):
+        self.logps = logps
+        self.num_policies = len(logps)
+
+    def __call__(self, i, j):
+        return categorical_kl(self.logps[i], self.logps[j]).sum(-1)
+
+
+def flat_params(params) -> np.ndarray:
+    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(params)])
+
+
+def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
+    probe = jax.device_get(probe)
+    mask = np.asarray(setup.network.action_mask)
+    steps = int(probe.steps)
+    logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
+    kl = PolicyKL(logps)
+    seq, ref = kl_profile(kl)
+    kl_behavior = float(np.mean(kl(0, steps)))
+    after, behavior = logps[-1], logps[0]
+    taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
+    apply = jax.jit(setup.network.apply)  # a small MLP forward pass
+    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
+    params_after = flat_params(train.params)
+    out = {
+        "diagnostics/kl_behavior": kl_behavior,
+        "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+        "diagnostics/kl_prox": float(np.mean(categorical_kl(log_softmax64(np.asarray(prox_logits)), after).sum(-1))),
+        "diagnostics/seq_kl_mean": float(np.mean(seq)),
+        "diagnostics/ref_kl_mean": float(np.mean(ref)),
+        "diagnostics/update_size": float(np.linalg.norm(params_after - flat_params(probe.params_before))),
+        "diagnostics/grad_norm": float(grad_norm),
+        "diagnostics/grad_kurtosis": log_grad_kurtosis(np.asarray(probe.first_grad)),
+        "diagnostics/ess_pct": ess_pct(taken),
+        "diagnostics/policy_variance": policy_variance(np.exp(after)[:, mask]),
+        "diagnostics/weight_norm": float(np.linalg.norm(params_after)),
+        "diagnostics/actor_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["actor"]))),
+        "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["critic"]))),
+    }
+    for prefix, hidden in (("", actor_h), ("critic_", critic_h)):
+        hidden = [np.asarray(h, np.float64) for h in hidden]
+        rank, srank = feature_ranks(hidden[-1])
+        dormant = dormant_fractions(hidden)
+        out[f"diagnostics/{prefix}feature_rank"] = rank
+        out[f"diagnostics/{prefix}srank"] = srank
+        out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+        out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+        out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+    return out, seq, ref
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation: the solve rate over every task, with sampled and greedy actions (B26 §3)
+# ---------------------------------------------------------------------------------------------------------
+class EvalCarry(NamedTuple):
+    state: Any
+    obs: jnp.ndarray
+    finished: jnp.ndarray
+    solved: jnp.ndarray
+    ep_return: jnp.ndarray
+    key: jnp.ndarray
+    t: jnp.ndarray
+
+
+def eval_step(setup: Setup, params, greedy, carry: EvalCarry) -> EvalCarry:
+    key, key_action = jax.random.split(carry.key)
+    logits, _, _, _ = setup.network.apply(params, carry.obs)
+    action = jnp.where(greedy[:, None], jnp.argmax(logits, -1), jax.random.categorical(key_action, logits))
+    obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
+        None, carry.state, action, setup.env_params)
+    live = ~carry.finished
+    return EvalCarry(state=state, obs=obs, finished=carry.finished | done, solved=carry.solved | (live & done & info["GoalR"]),
+                     ep_return=carry.ep_return + jnp.where(live, reward, 0.0), key=key, t=carry.t + 1)
+
+
+def evaluate(setup: Setup, tasks: Tasks, params, key):
+    """Each task once with sampled actions and once greedily, until every episode has ended."""
+    n = setup.num_tasks
+    both = jax.tree.map(lambda x: jnp.concatenate([x, x]), tasks)
+    greedy = jnp.arange(2 * n) >= n
+    carry = EvalCarry(state=both.states, obs=both.obs, finished=jnp.zeros(2 * n, bool), solved=jnp.zeros(2 * n, bool),
+                      ep_return=jnp.zeros(2 * n), key=key, t=jnp.zeros((), jnp.int32))
+    carry = jax.lax.while_loop(lambda c: (c.t < setup.max_timesteps + 1) & ~c.finished.all(),
+                               functools.partial(eval_step, setup, params, greedy), carry)
+    return carry.solved[:n].mean(), carry.solved[n:].mean(), carry.ep_return[:n].mean(), carry.ep_return[n:].mean()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_ewma_jax2d"
+STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
+              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check(args.env_id in ENV_SIZES, f"--env-id {args.env_id!r} is not one of {', '.join(ENV_SIZES)}")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
+    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
+    check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
+    check(args.num_tasks >= 1, f"--num-tasks must be >= 1 (got {args.num_tasks})")
+    check(args.task_seed >= 0, f"--task-seed must be >= 0 (got {args.task_seed})")
+    check(args.hidden_size >= 1 and args.num_hidden_layers >= 1, "--hidden-size and --num-hidden-layers must be >= 1")
+    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
+    check(args.updates_per_chunk >= 1, f"--updates-per-chunk must be >= 1 (got {args.updates_per_chunk})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.target_kl is None or args.target_kl > 0, f"--target-kl must be > 0 (got {args.target_kl})")
+    check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check(not (args.resume and args.init_from), "--resume and --init-from exclude each other; pass only one")
+    scaling = resolve_scaling(args)
+    devices = jax.device_count()
+    check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
+    check(args.total_timesteps >= scaling["batch_size"],
+          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the task set)."""
+    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_tasks": args.num_tasks, "task_seed": args.task_seed,
+            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers}
+
+
+def next_stop(iteration: int, args) -> int:
+    """The next iteration after which the host has something to do (log events, checkpoint, end)."""
+    stops = [args.num_iterations, iteration + args.updates_per_chunk]
+    for every in (args.eval_every, args.diagnostics_every, args.checkpoint_every):
+        if every:
+            stops.append((iteration // every + 1) * every)
+    return min(stops)
+
+
+class BuildConfig(NamedTuple):
+    """Everything the compiled programs depend on (hashable: equal configs share programs in one process)."""
+    env_id: str
+    task_seed: int
+    num_tasks: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_envs: int
+    num_steps: int
+    num_minibatches: int
+    batch_size: int
+    update_epochs: int
+    gamma: float
+    gae_lambda: float
+    clip_vloss: bool
+    norm_adv: bool
+    use_ewma: bool
+    imp_samp_max: float
+    target_kl: Optional[float]
+    diagnostics_states: int
+    updates_per_chunk: int
+    learning_rate: float
+    anneal_lr: bool
+    anneal_iterations: int
+    max_grad_norm: float
+    devices: int
+
+
+def build_config(args) -> BuildConfig:
+    return BuildConfig(
+        env_id=args.env_id, task_seed=args.task_seed, num_tasks=args.num_tasks, hidden_size=args.hidden_size,
+        num_hidden_layers=args.num_hidden_layers, num_envs=args.num_envs, num_steps=args.num_steps,
+        num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
+        gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
+        use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
+        target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
+        learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
+        anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
+        devices=jax.device_count())
+
+
+@functools.lru_cache(maxsize=2)
+def build(cfg: BuildConfig):
+    """Envs, tasks, network, optimizer and the jitted programs."""
+    env, env_params, static_params = make_env(cfg.env_id)
+    _, mask = action_layout(env, env_params)
+    network = ActorCritic(action_mask=mask, hidden_size=cfg.hidden_size, num_layers=cfg.num_hidden_layers)
+    schedule = cfg.learning_rate
+    if cfg.anneal_lr:  # CleanRL: linear to zero, constant within an iteration
+        steps_per_iteration = cfg.update_epochs * cfg.num_minibatches
+        def schedule(count):
+            return cfg.learning_rate * (1.0 - (count // steps_per_iteration) / cfg.anneal_iterations)
+    optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(schedule, eps=1e-5))
+    mesh = Mesh(np.array(jax.devices()), ("envs",))
+    setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
+                  num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_tasks=cfg.num_tasks,
+                  num_minibatches=cfg.num_minibatches, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
+                  gae_lambda=cfg.gae_lambda, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
+                  imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
+                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),
+                  max_timesteps=int(env_params.max_timesteps))
+    tasks = generate_tasks(env, env_params, static_params, cfg.task_seed, cfg.num_tasks)
+    tasks = jax.device_put(tasks, NamedSharding(mesh, P()))
+    chunk = jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))
+    evaluate_jit = jax.jit(functools.partial(evaluate, setup))
+    init_jit = jax.jit(functools.partial(init_runner, setup))  # one compiled program, not hundreds of eager ops
+    return setup, tasks, chunk, evaluate_jit, init_jit
+
+
+def init_runner(setup: Setup, tasks: Tasks, seed) -> RunnerState:
+    key, key_init = jax.random.split(jax.random.PRNGKey(jnp.uint32(seed)))
+    params = setup.network.init(key_init, tasks.obs[:1])
+    idx = jnp.arange(setup.num_envs) % setup.num_tasks  # every task is played from the start
+    envs = EnvBatch(state=jax.tree.map(lambda x: x[idx], tasks.states), obs=tasks.obs[idx],
+                    ep_return=jnp.zeros(setup.num_envs), ep_length=jnp.zeros(setup.num_envs, jnp.int32))
+    train = TrainState(params=params, opt_state=setup.optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
+    return RunnerState(train=train, envs=envs, key=key)
+
+
+def restore_runner(template: RunnerState, leaves: list) -> RunnerState:
+    ref = jax.tree.leaves(template)
+    check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+                                          for a, b in zip(ref, leaves)),
+          "--resume/--init-from: the checkpoint's state does not match this configuration (network or env shapes)")
+    return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
+
+
+def main():
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        source = args.resume or args.init_from
+        ckpt = load_checkpoint(source, SCRIPT, signature(args)) if source else None
+        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+              f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
+              f"{ckpt and ckpt['iteration']}; raise it to continue")
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.minibatch_size_resolved = scaling["minibatch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}"
+          + f", devices={jax.device_count()}")
+
+    # Envs, tasks and agent (seeding: one PRNG key, split into init and the training stream)
+    t0 = time.time()
+    setup, tasks, chunk, evaluate_jit, init_jit = build(build_config(args))
+    hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
+                  ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
+    template = init_jit(tasks, args.seed)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    if ckpt:
+        try:
+            runner = restore_runner(template, ckpt["runner"])
+        except UsageError as e:
+            exit_usage(e)
+        print(f"{'resuming' if args.resume else 'starting from'} {source} at iteration {start_iteration}"
+              + (f" with --ewma-com {args.ewma_com} --clip-coef {args.clip_coef}" if args.init_from else ""))
+    else:
+        runner = template
+    runner = jax.device_put(runner, runner_shardings(setup, runner))
+    probe = empty_probe(setup, runner.train.params, tasks.obs.shape[-1], len(setup.probe_index))
+    print(f"{args.num_tasks} tasks and the agent built in {time.time() - t0:.1f}s")
+
+    eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
+    eval_device = jax.devices()[0]  # a small program: one device, instead of the same work on every device
+    eval_tasks = jax.device_put(tasks, eval_device)
+
+    # Run directory
+    if args.resume:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
+              "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
+              "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
+                       start_iteration if args.resume else 0)
+    stop = StopFlag()
+
+    global_step = start_iteration * args.batch_size
+    wall_offset = ckpt["wall_time"] if args.resume else 0.0
+    start_time, timed_steps, timed_from = time.time(), 0, None
+    status, iteration, good_iteration = "finished", start_iteration, start_iteration
+
+    def checkpoint(iteration, runner):
+        save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
+            "script": SCRIPT, "signature": signature(args), "iteration": iteration,
+            "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
+            "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
+            "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
+
+    def run_eval(iteration, params):
+        params = jax.device_put(params, eval_device)
+        solved = jax.device_get(evaluate_jit(eval_tasks, params, jax.random.fold_in(eval_key, iteration)))
+        scalars = {"charts/solve_rate": solved[0], "charts/solve_rate_greedy": solved[1],
+                   "charts/eval_return": solved[2], "charts/eval_return_greedy": solved[3]}
+        logger.log(iteration * args.batch_size, iteration, scalars)
+        return scalars
+
+    last_eval = None
+    while iteration < args.num_iterations:
+        end = next_stop(iteration, args)
+        n = end - iteration
+        diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
+        runner, probe, stats, episodes = chunk(hyper, tasks, runner, probe, n, n - 1 if diag_at else -1)
+        stats, episodes = jax.device_get((stats, episodes))
+        params_ok = all(np.isfinite(x).all() for x in jax.device_get(jax.tree.leaves(runner.train.params)))
+        finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
+        bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)
+
+        now = time.time()
+        if timed_from is None:  # SPS excludes the first chunk (compilation, warm-up)
+            timed_from, timed_steps = now, 0
+        else:
+            timed_steps += n * args.batch_size
+        sps = timed_steps / (now - timed_from) if timed_steps else n * args.batch_size / (now - start_time)
+        for i in range(n if bad is None else bad):
+            it = iteration + i + 1
+            step = it * args.batch_size
+            ended = np.flatnonzero(episodes.done[i].ravel())
+            rets, lens, solved = (episodes.ep_return[i].ravel()[ended], episodes.ep_length[i].ravel()[ended],
+                                  episodes.solved[i].ravel()[ended])
+            for ret, length in zip(rets, lens):
+                logger.log(step, it, {"charts/episodic_return": ret, "charts/episodic_length": length})
+            lr = scaling["learning_rate"] * (1.0 - (it - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
+            scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
+            scalars.update({name: stats[i, j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
+            if len(ended):
+                scalars["charts/train_solve_rate"] = float(np.mean(solved))
+            if diag_at == it:
+                diag, seq, ref = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
+                scalars.update(diag)
+                if args.kl_profile:
+                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref})
+            logger.log(step, it, scalars)
+        if bad is not None:
+            print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
+                  "is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+        iteration, global_step = end, end * args.batch_size
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
+            last_eval = run_eval(iteration, runner.train.params)
+        logger.progress(global_step, sps)
+        if stop.signum:
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration, runner)
+        logger.flush()
+        if status == "interrupted":
+            break
+
+    elapsed = time.time() - start_time
+    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9)
+    summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+               "SPS_with_warmup": (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9)}
+    if status == "finished":
+        checkpoint(iteration, runner)
+        last_eval = run_eval(iteration, runner.train.params)
+        summary["solve_rate"] = float(last_eval["charts/solve_rate"])
+        summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
+        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled, "
+              f"{summary['solve_rate_greedy']:.4f} greedy")
+        if args.save_model:
+            model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
+            atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))
+            summary["model_path"] = model_path
+            print(f"model saved to {model_path}")
+    logger.close(summary)
+    print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {logger.run_dir}")
+    if status == "interrupted":
+        print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+if __name__ == "__main__":
+    main()
