@@ -1,17 +1,9 @@
 #!/usr/bin/env bash
 # B26 Fig. 3a (Jax2D locomotion, ppo_ewma_jax2d.py). Reload a plateaued checkpoint with another COM: learning resumes at the new COM's level (and drops back when the COM is lowered).
 # Page: docs/ppo_ewma_jax2d.md. A GPU is assumed for the paper's budgets; on CPU lower TOTAL (and NUM_ENVS).
-# Environment: RUNS_DIR (runs/beukman2026_fig3a), WORKERS (1), SEEDS ("1 2 3 4 5"), TOTAL (total timesteps), PYTHON (python).
-# Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh. DRY_RUN=1 prints the commands.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_fig3a), WORKERS (1), SEEDS ("1 2 3 4 5"), TOTAL (total timesteps), PYTHON (python).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
-WORKERS=${WORKERS:-1}
-PYTHON=${PYTHON:-python}
-read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
-EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
-launch() { "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --runs-dir "$RUNS_DIR" \
-  --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@"; }
+source "$(dirname "$0")/_beukman2026_common.sh"
 TOTAL=${TOTAL:-50000000}          # phase 1 budget
 TOTAL2=${TOTAL2:-100000000}       # total after the reload (the reloaded run continues the step count)
 COMS=(2 32)
