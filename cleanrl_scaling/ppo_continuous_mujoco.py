@@ -839,6 +839,7 @@ def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, 
     return loss, stats
 
 
+# >>> shared:torch-distributed
 def allreduce_gradients(agent, world_size):
     """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
     grads = [p.grad for p in agent.parameters() if p.grad is not None]
@@ -862,6 +863,7 @@ def any_rank_says(flag: bool, world_size: int, device) -> bool:
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not any_rank_says(not flag, world_size, device)
+# <<< shared:torch-distributed
 
 
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None):

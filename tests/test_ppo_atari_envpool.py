@@ -424,7 +424,7 @@ def test_track_offline_writes_a_wandb_run(tmp_path):
 
 
 def test_torchrun_two_gloo_ranks(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533", SCRIPT,
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", SCRIPT,
            "--runs-dir", str(tmp_path / "runs")] + TINY + ["--total-timesteps", "128", "--diagnostics-every", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
