@@ -1,11 +1,13 @@
 """Throughput of ppo_atari_envpool.py against its component bound and (optionally) CleanRL's script.
 
-    python benchmark/ppo_atari_throughput.py [--cleanrl PATH_TO_CLEANRL_CHECKOUT] [--iterations 12]
+    python benchmark/ppo_atari_throughput.py [--cleanrl PATH_TO_CLEANRL_CHECKOUT] [--iterations 21] [--repeats 3]
 
-Prints, side by side in one run (so machine noise hits all rows alike):
-  * the component bound: envpool random-action stepping + batch-N inference + the update's Adam steps,
-    timed alone and summed as a serial loop would spend them;
-  * ours at CleanRL's defaults (fp32, and --bf16), marginal SPS (first iteration excluded);
+Prints, side by side in one run (runs alternated, medians, so machine noise hits all rows alike):
+  * the component bound: envpool random-action stepping + batch-N inference + the update's Adam steps
+    (ours: compiled as the script runs them; CleanRL's: eager, default layout), timed alone and summed as a
+    serial loop would spend them;
+  * ours at CleanRL's defaults (fp32, --bf16, and fp32 with --diagnostics-every 0: the bound has no diagnostics),
+    marginal SPS (first iteration, which compiles, excluded);
   * CleanRL's ppo_atari_envpool.py at its defaults, patched in a temporary copy only so that it accepts
     envpool 1.x's reset/step tuples (its own copy crashes at the first reset), timed the same way;
   * SPS against --num-envs (8..256) and the peak memory of --num-envs 256 --num-steps 64.
@@ -29,7 +31,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from cleanrl_scaling.ppo_atari_envpool import Agent, Args, make_envs, minibatch_gradient  # noqa: E402
+from cleanrl_scaling.ppo_atari_envpool import Agent, Args, make_envs, maybe_compile, minibatch_gradient, ppo_loss  # noqa: E402
 
 
 def time_env(num_envs, steps=400):
@@ -56,10 +58,12 @@ def time_forward(agent, num_envs, reps=200):
     return (time.perf_counter() - start) / reps
 
 
-def time_update_step(agent, mb_size, bf16, reps=20):
-    """One Adam step on a minibatch, through the script's own minibatch_gradient (chunks included)."""
+def time_update_step(agent, mb_size, bf16, ours, reps=20):
+    """One Adam step on a minibatch, through the script's own minibatch_gradient (chunks included); `ours`:
+    compiled loss and fused Adam as the script runs them, else eager with CleanRL's for-loop Adam."""
     args = Args()
-    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
+    loss_fn = maybe_compile(ppo_loss, ours)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=ours)
     batch = (torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
              torch.full((mb_size,), -1.386), torch.randn(mb_size), torch.randn(mb_size), torch.randn(mb_size),
              torch.ones(mb_size))
@@ -68,7 +72,7 @@ def time_update_step(agent, mb_size, bf16, reps=20):
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     def step():
         optimizer.zero_grad(set_to_none=True)
-        minibatch_gradient(agent, batch, idx, args, autocast)
+        minibatch_gradient(agent, batch, idx, args, autocast, loss_fn)
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
     for _ in range(3):
@@ -79,13 +83,13 @@ def time_update_step(agent, mb_size, bf16, reps=20):
     return (time.perf_counter() - start) / reps
 
 
-def component_bound(num_envs=8, num_steps=128, minibatches=4, epochs=4, channels_last=True, bf16=False):
+def component_bound(num_envs=8, num_steps=128, minibatches=4, epochs=4, channels_last=True, bf16=False, ours=True):
     agent = Agent(4, channels_last=channels_last)
     if channels_last:
         agent = agent.to(memory_format=torch.channels_last)
     env_t = time_env(num_envs)
     fwd_t = time_forward(agent, num_envs)
-    upd_t = time_update_step(agent, num_envs * num_steps // minibatches, bf16)
+    upd_t = time_update_step(agent, num_envs * num_steps // minibatches, bf16, ours)
     total = num_steps * (env_t + fwd_t) + epochs * minibatches * upd_t
     return {"env_sps": num_envs / env_t, "forward_ms": fwd_t * 1e3, "update_step_ms": upd_t * 1e3,
             "bound_sps": num_envs * num_steps / total}
@@ -141,31 +145,39 @@ def main():
     parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
     parser.add_argument("--iterations", type=int, default=21,
                         help="iterations per timed run (first excluded; 21 includes one diagnostic iteration)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each program, alternated (ours, ours --bf16, CleanRL, ours, ...); medians")
     parser.add_argument("--sweep", default="8,32,64,128,256", help="num_envs values for the SPS sweep")
     opts = parser.parse_args()
     torch.manual_seed(0)
 
-    rows = []
     bound = component_bound()
     bound_bf16 = component_bound(bf16=True)
-    bound_default_layout = component_bound(channels_last=False)
+    bound_eager = component_bound(ours=False)
+    bound_cleanrl = component_bound(channels_last=False, ours=False)  # CleanRL's layout, eager
     print(f"components (8 envs x 128 steps, 4x4 minibatch steps of 256): envpool {bound['env_sps']:.0f} steps/s, "
-          f"forward {bound['forward_ms']:.2f} ms, update step {bound['update_step_ms']:.1f} ms channels-last fp32 / "
-          f"{bound_default_layout['update_step_ms']:.1f} ms default layout / {bound_bf16['update_step_ms']:.1f} ms bf16")
-    ours, _ = run_ours([], opts.iterations)
-    ours_bf16, _ = run_ours(["--bf16"], opts.iterations)
-    cleanrl = run_cleanrl(opts.cleanrl, opts.iterations) if opts.cleanrl else None
-    rows.append(("ours fp32 (defaults)", ours, bound["bound_sps"]))
-    rows.append(("ours --bf16", ours_bf16, bound_bf16["bound_sps"]))
-    if cleanrl:
-        rows.append(("CleanRL (defaults)", cleanrl, bound_default_layout["bound_sps"]))
-    print(f"\n{'run':<24}{'SPS':>8}{'bound':>8}{'of bound':>10}{'x CleanRL':>11}")
-    for name, sps, b in rows:
-        ratio = f"{sps / cleanrl:.2f}" if cleanrl else "-"
-        print(f"{name:<24}{sps:>8.0f}{b:>8.0f}{sps / b:>9.0%}{ratio:>11}")
+          f"forward {bound['forward_ms']:.2f} ms, update step: {bound['update_step_ms']:.1f} ms compiled "
+          f"channels-last fp32 / {bound_eager['update_step_ms']:.1f} ms eager channels-last / "
+          f"{bound_cleanrl['update_step_ms']:.1f} ms eager default layout / {bound_bf16['update_step_ms']:.1f} ms compiled bf16")
+    programs = [("ours fp32 (defaults)", lambda: run_ours([], opts.iterations)[0], bound),
+                ("ours --bf16", lambda: run_ours(["--bf16"], opts.iterations)[0], bound_bf16),
+                ("ours, diagnostics off", lambda: run_ours(["--diagnostics-every", "0"], opts.iterations)[0], bound)]
+    if opts.cleanrl:
+        programs.append(("CleanRL (defaults)", lambda: run_cleanrl(opts.cleanrl, opts.iterations), bound_cleanrl))
+    samples = {name: [] for name, _, _ in programs}
+    for repeat in range(opts.repeats):  # alternated, so slow drifts of a shared machine hit every program alike
+        for name, run, _ in programs:
+            samples[name].append(run())
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in samples.items()))
+    median = {name: float(np.median(v)) for name, v in samples.items()}
+    cleanrl = median.get("CleanRL (defaults)")
+    print(f"\n{'run (median of ' + str(opts.repeats) + ')':<28}{'SPS':>8}{'bound':>8}{'of bound':>10}{'x CleanRL':>11}")
+    for name, _, b in programs:
+        ratio = f"{median[name] / cleanrl:.2f}" if cleanrl else "-"
+        print(f"{name:<28}{median[name]:>8.0f}{b['bound_sps']:>8.0f}{median[name] / b['bound_sps']:>9.0%}{ratio:>11}")
 
     print("\nSPS against --num-envs (--num-steps 32, 4 minibatches x 4 epochs, fp32, 4 iterations):")
-    for n in [int(v) for v in opts.sweep.split(",")]:
+    for n in [int(v) for v in opts.sweep.split(",") if v]:
         sps, peak = run_ours([], 4, num_envs=n, num_steps=32)
         print(f"  num_envs {n:>4}: {sps:>7.0f} SPS, peak RSS {peak:.0f} MiB")
     sps, peak = run_ours(["--diagnostics-every", "1"], 3, num_envs=256, num_steps=64)

@@ -8,7 +8,7 @@ steps with 1000-sample minibatches (envpool backend), then SPS against --num-env
 - CleanRL: given --cleanrl, its ppo_continuous_action.py under --cleanrl-python (it needs gymnasium 0.29; see
   docs/ppo_continuous_mujoco.md for the venv), marginal SPS from the cumulative SPS lines it prints.
 - bound: the same batch's three components timed alone in this process and added: env steps with fixed actions,
-  the rollout's forward passes, and the update's minibatch steps (loss, backward, clipping, Adam).
+  the rollout's forward passes, and the update's minibatch steps (compiled loss, backward, clipping, fused Adam).
 Numbers mean something only on a quiet machine: the .sh wrapper holds /tmp/cleanrl_quiet while this runs.
 """
 import argparse
@@ -98,14 +98,15 @@ def component_bound(env_id, cfg, update_epochs=10, max_update_steps=200) -> dict
 
     args = ppo.Args()
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5, fused=True)
+    loss_fn = ppo.maybe_compile(ppo.ppo_loss, True)  # as the script runs it (--compile, the default)
     batch = [torch.randn(mb, obs_space.shape[0]), torch.randn(mb, act_space.shape[0])] + [torch.randn(mb) for _ in range(4)]
     valid = torch.ones(mb)
     steps = n * t // mb * update_epochs
     timed = min(steps, max_update_steps)
-    for i in range(timed + 5):  # 5 warm-up steps
+    for i in range(timed + 5):  # 5 warm-up steps (the first compiles)
         if i == 5:
             start = time.perf_counter()
-        loss, _ = ppo.ppo_loss(agent, batch[0], batch[1], batch[2], batch[3], batch[4], batch[5], valid, args)
+        loss, _ = loss_fn(agent, batch[0], batch[1], batch[2], batch[3], batch[4], batch[5], valid, args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)

@@ -82,6 +82,9 @@ class Args(ScalingArgs, RunArgs):
     """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    compile: bool = True
+    """torch.compile the update's forward pass and loss (about 20% faster updates on CPU; the first iteration
+    pays a one-off compile, cached on disk; falls back to eager with a warning where inductor cannot build)"""
     update_chunk_size: int = 512
     """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
     eval_episodes: int = 10
@@ -546,12 +549,20 @@ class EpisodeStats:
         return finished
 
 
+def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """On CPU one memcpy: torch's copy wakes its OpenMP pool for these 225 kB and takes ~10x longer."""
+    if dst.device.type == "cpu":
+        np.copyto(dst.numpy(), src.numpy())
+    else:
+        dst.copy_(src)
+
+
 def collect_rollout(envs, agent, storage, state, stats, args, device, autocast):
     """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
     next_obs, next_done, next_term = state
     finished = []
     for step in range(args.num_steps):
-        storage.obs[step] = next_obs
+        store_frames(storage.obs[step], next_obs)
         storage.dones[step] = next_done
         storage.terminations[step] = next_term
         with torch.no_grad(), autocast():
@@ -623,7 +634,29 @@ def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, 
     return loss, stats
 
 
-def minibatch_gradient(agent, batch, idx, args, autocast) -> torch.Tensor:
+# >>> shared:torch-compile
+def maybe_compile(fn, enabled: bool):
+    """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
+    line and run eagerly: the same function, so training is unchanged up to float rounding."""
+    if not enabled:
+        return fn
+    active = [torch.compile(fn)]
+
+    def call(*args, **kwargs):
+        try:
+            return active[0](*args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            if active[0] is fn:
+                raise
+            reason = str(err).strip().splitlines()[0]
+            print(f"warning: torch.compile failed ({reason}); running eagerly (--no-compile skips it)", file=sys.stderr)
+            active[0] = fn
+            return fn(*args, **kwargs)
+    return call
+# <<< shared:torch-compile
+
+
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss) -> torch.Tensor:
     """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
     (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
@@ -634,8 +667,9 @@ def minibatch_gradient(agent, batch, idx, args, autocast) -> torch.Tensor:
     stats = 0.0
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
+        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
         with autocast():
-            loss, chunk_stats = ppo_loss(agent, b_obs[j], b_actions[j], b_logprobs[j], advantages[c:c + chunk],
+            loss, chunk_stats = loss_fn(agent, obs, b_actions[j], b_logprobs[j], advantages[c:c + chunk],
                                          b_returns[j], b_values[j], valid[c:c + chunk], count, args)
         loss.backward()
         stats = stats + chunk_stats
@@ -669,7 +703,7 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 # <<< shared:torch-distributed
 
 
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None):
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
     """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
     device = batch[0].device
@@ -681,7 +715,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
         perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
             optimizer.zero_grad(set_to_none=True)
-            stats = minibatch_gradient(agent, batch, perm[start:start + mb_size], args, autocast)
+            stats = minibatch_gradient(agent, batch, perm[start:start + mb_size], args, autocast, loss_fn)
             if world_size > 1:
                 allreduce_gradients(agent, world_size)
             if probe is not None and steps == 0:
@@ -707,6 +741,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
 # ---------------------------------------------------------------------------------------------------------
 class DiagnosticProbe:
     def __init__(self, agent, obs, actions, autocast, chunk):
+        if agent.channels_last:  # converted once here, not in each of the J + 2 forward passes
+            obs = obs.contiguous(memory_format=torch.channels_last)
         self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
         self.params_before = [p.detach().clone() for p in agent.parameters()]
         self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
@@ -885,7 +921,7 @@ def main():
     agent = Agent(envs.action_space.n, args.separate_encoders, args.channels_last).to(device)
     if args.channels_last:
         agent = agent.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
     torch.manual_seed(args.seed + rank)
     if ckpt:
         agent.load_state_dict(ckpt["agent"])
@@ -899,6 +935,7 @@ def main():
 
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    loss_fn = maybe_compile(ppo_loss, args.compile)
 
     # Run directory (rank 0 logs and checkpoints)
     if ckpt:
@@ -961,10 +998,12 @@ def main():
         probe = None
         if diag_now:
             idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
-            probe = DiagnosticProbe(agent, b_obs[idx], batch[1][idx], autocast, args.update_chunk_size)
+            # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+            chunk = 128 if device.type == "cpu" else args.update_chunk_size
+            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk)
 
         agent.train()
-        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe)
+        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
         loss_stats = loss_stats.cpu().numpy()

@@ -193,6 +193,53 @@ def test_chunked_gradient_equals_the_whole_minibatch_gradient():
     assert torch.allclose(stats_whole, stats_chunked, rtol=1e-5, atol=1e-7)
 
 
+def test_compiled_loss_gives_the_eager_gradient():
+    torch.manual_seed(0)
+    agent, args = m.Agent(4, channels_last=True), m.Args()
+    agent = agent.to(memory_format=torch.channels_last)
+    batch = tiny_batch(16)
+    batch[6][[3, 9]] = 0.0
+    idx = torch.randperm(16)
+    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    grads = []
+    for loss_fn in (m.ppo_loss, m.maybe_compile(m.ppo_loss, True)):
+        agent.zero_grad(set_to_none=True)
+        stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast, loss_fn)
+        grads.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats))
+    (eager, eager_stats), (compiled, compiled_stats) = grads
+    assert eager.abs().max() > 0
+    assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(eager_stats, compiled_stats, rtol=1e-4, atol=1e-6)
+
+
+def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
+    """Inductor needs a C++ compiler; without one, one warning line and the eager loss (same numbers)."""
+    calls = []
+    def loss(x):
+        calls.append(1)
+        return (x.relu() * 3).sum()
+    torch._dynamo.reset()
+    old = os.environ.get("CXX")
+    os.environ["CXX"] = str(tmp_path / "no-such-compiler")
+    try:
+        from torch._inductor import config as inductor_config
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(inductor_config.cpp, "cxx", (None, str(tmp_path / "no-such-compiler")))
+            mp.setattr(inductor_config, "fx_graph_cache", False)
+            fn = m.maybe_compile(loss, True)
+            x = torch.tensor([-1.0, 2.0])
+            assert fn(x).item() == 6.0 and fn(x).item() == 6.0
+    finally:
+        if old is None:
+            os.environ.pop("CXX")
+        else:
+            os.environ["CXX"] = old
+        torch._dynamo.reset()
+    err = capfd.readouterr().err
+    assert err.count("warning: torch.compile failed") == 1 and "running eagerly" in err
+    assert len(calls) >= 2  # the eager function ran after the failure
+
+
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)
