@@ -190,6 +190,25 @@ def test_reward_normalizer_scales_by_discounted_return_std():
     assert out[-1] == pytest.approx(1.0 / np.sqrt(np.var(seen) + 1e-8), rel=1e-3)
 
 
+def test_compiled_loss_gives_the_eager_gradient():
+    torch.manual_seed(0)
+    agent, args = m.Agent(5, 2), m.Args()
+    n = 64
+    batch = [torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n), torch.randn(n)]
+    valid = torch.ones(n)
+    valid[[3, 40]] = 0.0
+    results = []
+    for loss_fn in (m.ppo_loss, m.maybe_compile(m.ppo_loss, True)):
+        agent.zero_grad(set_to_none=True)
+        loss, stats = loss_fn(agent, *batch, valid, args)
+        loss.backward()
+        results.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats.detach()))
+    (eager, eager_stats), (compiled, compiled_stats) = results
+    assert eager.abs().max() > 0
+    assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(eager_stats, compiled_stats, rtol=1e-4, atol=1e-6)
+
+
 def test_gaussian_kl_and_logprob_against_monte_carlo():
     rng = np.random.default_rng(1)
     mu_p, mu_q = rng.normal(size=(1, 3)), rng.normal(size=(1, 3))
