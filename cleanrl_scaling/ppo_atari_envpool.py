@@ -83,7 +83,7 @@ class Args(ScalingArgs, RunArgs):
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
     compile: bool = True
-    """torch.compile the update's forward pass and loss (about 20% faster updates on CPU; the first iteration
+    """torch.compile the update's forward pass and loss (10-20% faster updates on CPU here; the first iteration
     pays a one-off compile, cached on disk; falls back to eager with a warning where inductor cannot build)"""
     update_chunk_size: int = 512
     """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
