@@ -7,6 +7,9 @@ rows alike):
   * the component bound: envpool random-action stepping + batch-N inference + the update's Adam steps
     (ours: compiled as the script runs them; CleanRL's: eager, default layout), timed alone and summed as a
     serial loop would spend them;
+  * the loop bound: the bare serial rollout loop (forward, sample, envpool step, nothing stored) timed as a
+    whole, plus the same update steps: what interleaving the network and the emulator costs on this machine,
+    which no serial loop avoids (also shown directly: an envpool step after 1.5 ms of sleep vs of busy work);
   * ours at CleanRL's defaults (fp32, --bf16, and fp32 with --diagnostics-every 0: the bound has no diagnostics),
     marginal SPS (first iteration, which compiles, excluded);
   * CleanRL's ppo_atari_envpool.py at its defaults, patched in a temporary copy only so that it accepts
@@ -32,7 +35,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from cleanrl_scaling.ppo_atari_envpool import Agent, Args, make_envs, maybe_compile, minibatch_gradient, ppo_loss  # noqa: E402
+from cleanrl_scaling.ppo_atari_envpool import (Agent, Args, make_envs, maybe_compile, minibatch_gradient,  # noqa: E402
+                                               ppo_loss, sample_actions)
 
 
 def time_env(num_envs, steps=400):
@@ -57,6 +61,39 @@ def time_forward(agent, num_envs, reps=200):
         for _ in range(reps):
             agent(obs)
     return (time.perf_counter() - start) / reps
+
+
+def time_serial_loop(agent, num_envs, bf16, steps=256):
+    """The least a serial rollout can do: batch-N forward, sampling and an envpool step, nothing stored."""
+    envs = make_envs("Breakout-v5", num_envs, seed=0)
+    obs, _ = envs.reset()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for i in range(steps + 20):
+            if i == 20:
+                start = time.perf_counter()
+            logits, _ = agent(torch.as_tensor(obs))
+            obs, *_ = envs.step(sample_actions(logits.float())[0].numpy())
+    return (time.perf_counter() - start) / steps
+
+
+def time_env_after(work, num_envs=8, steps=300, gap=0.0015):
+    """An envpool step right after `gap` seconds of `work` ("none", "sleep", or "busy": a pure-Python loop on
+    the main thread): shows what merely keeping a core busy before each step costs on this machine."""
+    envs = make_envs("Breakout-v5", num_envs, seed=0)
+    envs.reset()
+    actions = np.random.default_rng(0).integers(0, envs.action_space.n, size=(steps, num_envs)).astype(np.int32)
+    total = 0.0
+    for a in actions:
+        if work == "sleep":
+            time.sleep(gap)
+        elif work == "busy":
+            until = time.perf_counter() + gap
+            while time.perf_counter() < until:
+                pass
+        start = time.perf_counter()
+        envs.step(a)
+        total += time.perf_counter() - start
+    return total / steps
 
 
 def time_update_step(agent, mb_size, bf16, ours, reps=20):
@@ -90,10 +127,12 @@ def component_bound(num_envs=8, num_steps=128, minibatches=4, epochs=4, channels
         agent = agent.to(memory_format=torch.channels_last)
     env_t = time_env(num_envs)
     fwd_t = time_forward(agent, num_envs)
+    loop_t = time_serial_loop(agent, num_envs, bf16)
     upd_t = time_update_step(agent, num_envs * num_steps // minibatches, bf16, ours)
-    total = num_steps * (env_t + fwd_t) + epochs * minibatches * upd_t
-    return {"env_sps": num_envs / env_t, "forward_ms": fwd_t * 1e3, "update_step_ms": upd_t * 1e3,
-            "bound_sps": num_envs * num_steps / total}
+    update = epochs * minibatches * upd_t
+    return {"env_sps": num_envs / env_t, "forward_ms": fwd_t * 1e3, "loop_step_ms": loop_t * 1e3,
+            "update_step_ms": upd_t * 1e3, "bound_sps": num_envs * num_steps / (num_steps * (env_t + fwd_t) + update),
+            "loop_bound_sps": num_envs * num_steps / (num_steps * loop_t + update)}
 
 
 def marginal_sps(times_steps):
@@ -170,16 +209,23 @@ def main():
               + ", ".join(f"{k} {b[-1]['bound_sps']:.0f}" for k, b in bounds.items()), flush=True)
     bound = {kind: {key: float(np.median([b[key] for b in runs])) for key in runs[0]} for kind, runs in bounds.items()}
     print(f"components, medians (8 envs x 128 steps, 4x4 minibatch steps of 256): envpool {bound['ours']['env_sps']:.0f} "
-          f"steps/s, forward {bound['ours']['forward_ms']:.2f} ms, update step: {bound['ours']['update_step_ms']:.1f} ms "
+          f"steps/s, forward {bound['ours']['forward_ms']:.2f} ms, serial loop step (forward + sample + envpool step) "
+          f"{bound['ours']['loop_step_ms']:.2f} ms, update step: {bound['ours']['update_step_ms']:.1f} ms "
           f"compiled channels-last fp32 + fused Adam / {bound['ours_eager']['update_step_ms']:.1f} ms eager channels-last / "
           f"{bound['cleanrl']['update_step_ms']:.1f} ms eager default layout / {bound['ours_bf16']['update_step_ms']:.1f} ms compiled bf16")
+    after = {work: 1e3 * float(np.median([time_env_after(work) for _ in range(3)])) for work in ("none", "sleep", "busy")}
+    print(f"envpool step (8 envs) back-to-back {after['none']:.2f} ms, after 1.5 ms asleep {after['sleep']:.2f} ms, "
+          f"after 1.5 ms of busy Python {after['busy']:.2f} ms")
     median = {name: float(np.median(v)) for name, v in samples.items()}
     cleanrl = median.get("CleanRL (defaults)")
-    print(f"\n{'run (median of ' + str(opts.repeats) + ')':<28}{'SPS':>8}{'bound':>8}{'of bound':>10}{'x CleanRL':>11}")
+    print("\nbound: the components timed alone and summed; loop bound: the bare serial loop (forward, sample, step;"
+          " nothing stored)\ntimed as a whole, plus the update steps")
+    print(f"{'run (median of ' + str(opts.repeats) + ')':<28}{'SPS':>8}{'bound':>8}{'of bound':>10}{'loop bound':>12}"
+          f"{'of loop':>9}{'x CleanRL':>11}")
     for name, _, kind in programs:
         ratio = f"{median[name] / cleanrl:.2f}" if cleanrl else "-"
-        b = bound[kind]["bound_sps"]
-        print(f"{name:<28}{median[name]:>8.0f}{b:>8.0f}{median[name] / b:>9.0%}{ratio:>11}")
+        b, lb = bound[kind]["bound_sps"], bound[kind]["loop_bound_sps"]
+        print(f"{name:<28}{median[name]:>8.0f}{b:>8.0f}{median[name] / b:>9.0%}{lb:>12.0f}{median[name] / lb:>8.0%}{ratio:>11}")
 
     print("\nSPS against --num-envs (--num-steps 32, 4 minibatches x 4 epochs, fp32, 4 iterations):")
     for n in [int(v) for v in opts.sweep.split(",") if v]:

@@ -769,25 +769,27 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
     reset_step = next_done.cpu().numpy() > 0
     act_space = spaces(envs)[1]
     finished = []
-    for step in range(args.num_steps):
-        storage.obs[step] = next_obs
-        storage.dones[step] = next_done
-        storage.terminations[step] = next_term
-        with torch.no_grad(), autocast():
+    # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
+    # rollout) once, not at every step
+    with torch.no_grad(), autocast():
+        for step in range(args.num_steps):
+            storage.obs[step] = next_obs
+            storage.dones[step] = next_done
+            storage.terminations[step] = next_term
             mean, logstd, value = agent(next_obs)
             action, logprob = sample_actions(mean.float(), logstd.float())
-        storage.values[step] = value.float()
-        storage.actions[step] = action
-        storage.logprobs[step] = logprob
-        # CleanRL's ClipAction: the env gets the clipped action, the batch keeps the sampled one
-        env_action = np.clip(action.cpu().numpy(), act_space.low, act_space.high)
-        obs_np, reward, term, trunc, info = envs.step(env_action)
-        finished += stats.update(reward, term, trunc, reset_step)
-        storage.rewards[step] = torch.as_tensor(normalizer.reward(reward, reset_step), device=device)
-        next_obs = torch.as_tensor(normalizer.obs(obs_np), device=device)
-        reset_step = np.logical_or(term, trunc)
-        next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: 5x cheaper
-        next_done = torch.as_tensor(reset_step.astype(np.float32), device=device)
+            storage.values[step] = value.float()
+            storage.actions[step] = action
+            storage.logprobs[step] = logprob
+            # CleanRL's ClipAction: the env gets the clipped action, the batch keeps the sampled one
+            env_action = np.clip(action.cpu().numpy(), act_space.low, act_space.high)
+            obs_np, reward, term, trunc, info = envs.step(env_action)
+            finished += stats.update(reward, term, trunc, reset_step)
+            storage.rewards[step] = torch.as_tensor(normalizer.reward(reward, reset_step), device=device)
+            next_obs = torch.as_tensor(normalizer.obs(obs_np), device=device)
+            reset_step = np.logical_or(term, trunc)
+            next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: 5x cheaper
+            next_done = torch.as_tensor(reset_step.astype(np.float32), device=device)
     return finished, (next_obs, next_done, next_term)
 
 

@@ -234,6 +234,28 @@ def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
     assert len(calls) >= 2  # the eager function ran after the failure
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
+    """The rollout runs in one autocast region (its bf16 weight cache lives for the whole rollout): what it
+    stores must be what a fresh per-step evaluation of the same policy on the stored frames gives."""
+    torch.manual_seed(0)
+    envs = m.make_envs("Breakout-v5", 2, seed=0)
+    agent = m.Agent(envs.action_space.n).eval()
+    storage = m.make_storage(8, 2, envs.observation_space.shape, "cpu")
+    obs, _ = envs.reset()
+    zeros = torch.zeros(2)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+    m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+                      m.Args(num_steps=8), "cpu", autocast)
+    for t in range(8):
+        with torch.no_grad(), autocast():
+            logits, value = agent(storage.obs[t])
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, storage.actions[t][:, None]).squeeze(-1)
+        assert torch.equal(logp, storage.logprobs[t]) and torch.equal(value.float(), storage.values[t])
+    assert storage.obs[1:].float().std() > 0  # the frames moved: the check ran on a real trajectory
+
+
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)
