@@ -167,34 +167,39 @@ def default_of(args, name: str):
 
 def resolve_scaling(args) -> dict:
     """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
-    n, t = args.num_envs, args.num_steps
+    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
     check(n >= 1, f"--num-envs must be >= 1 (got {n})")
     check(t >= 1, f"--num-steps must be >= 1 (got {t})")
-    check(args.num_minibatches >= 1, f"--num-minibatches must be >= 1 (got {args.num_minibatches})")
+    check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
     check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
-    check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
+    check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
+          f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
     base_envs = args.base_num_envs or default_of(args, "num_envs")
     check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
     batch = n * t
-    base_batch = base_envs * t
-    if args.minibatch_size > 0:  # an explicit size decides (and is the base size under a recipe)
-        base_mb = args.minibatch_size
-    else:
-        check(base_batch % args.num_minibatches == 0,
-              f"--num-minibatches {args.num_minibatches} does not divide the base batch {base_envs}x{t}; "
-              "choose a divisor or pass --minibatch-size")
-        base_mb = base_batch // args.num_minibatches
+    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
     s = n / base_envs
     lr = args.learning_rate
     recipe = args.scaling_recipe
-    if recipe == "none":
-        mb = args.minibatch_size if args.minibatch_size > 0 else batch // args.num_minibatches
-        if args.minibatch_size <= 0:
-            check(batch % args.num_minibatches == 0,
-                  f"--num-minibatches {args.num_minibatches} does not divide the batch {n}x{t}={batch}")
-    else:
-        check(base_batch % base_mb == 0,
-              f"--minibatch-size {base_mb} does not divide the base batch {base_envs}x{t}={base_batch}")
+    if recipe == "none":  # only the user's own batch matters
+        if args.minibatch_size > 0:
+            mb = args.minibatch_size
+        else:
+            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
+                  "choose a divisor or pass --minibatch-size")
+            mb = batch // m
+        base_mb = reference_mb
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_batch = base_envs * t
+        if args.minibatch_size > 0:
+            base_mb = args.minibatch_size
+            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+        else:
+            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+            base_mb = base_batch // m
         b = args.minibatch_multiplier if recipe == "hybrid" else 1
         check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
         if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
@@ -208,12 +213,12 @@ def resolve_scaling(args) -> dict:
             lr = lr * math.sqrt(b)
     check(mb >= 1 and batch % mb == 0,
           f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
-          "--minibatch-size or the recipe's --base-num-envs")
+          "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
     num_mb = batch // mb
-    if args.lr_scaling != "none":
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
         check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
               f"--scaling-recipe {recipe}, which already scales the lr")
-        ratio = mb / base_mb
+        ratio = mb / reference_mb
         lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
     return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
             "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}

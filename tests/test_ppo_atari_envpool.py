@@ -288,12 +288,31 @@ def resolve(**kw):
     (dict(num_envs=32, lr_scaling="sqrt"), 1024, 4, 5e-4),
     (dict(num_envs=32, lr_scaling="linear"), 1024, 4, 1e-3),
     (dict(num_envs=64, base_num_envs=16, scaling_recipe="more-minibatches", minibatch_size=512), 512, 16, 2.5e-4),
+    # --lr-scaling's reference is the script's defaults at --base-num-envs (8 x 128 / 4 = 256), whatever else is set
+    (dict(num_envs=32, minibatch_size=1024, lr_scaling="linear"), 1024, 4, 2.5e-4 * 4),
+    (dict(num_steps=512, lr_scaling="sqrt"), 1024, 4, 2.5e-4 * 2),
+    (dict(num_steps=256, lr_scaling="sqrt"), 512, 4, 2.5e-4 * 2 ** 0.5),
+    (dict(num_envs=32, num_minibatches=8, lr_scaling="linear"), 512, 8, 2.5e-4 * 2),
+    (dict(num_envs=16, base_num_envs=16, lr_scaling="linear"), 512, 4, 2.5e-4),
+    (dict(num_envs=64, scaling_recipe="more-minibatches", lr_scaling="linear"), 256, 32, 2.5e-4),
+    (dict(num_envs=64, scaling_recipe="larger-minibatches", lr_scaling="sqrt"), 2048, 4, 2.5e-4 * 8 ** 0.5),
+    (dict(learning_rate=1e-3, minibatch_size=64, lr_scaling="linear"), 64, 16, 1e-3 / 4),
 ])
 def test_recipe_arithmetic(kw, mb, nmb, lr):
     r = resolve(**kw)
     assert (r["minibatch_size"], r["num_minibatches"]) == (mb, nmb)
     assert r["learning_rate"] == pytest.approx(lr)
     assert r["minibatch_size"] * r["num_minibatches"] == r["batch_size"]
+
+
+def test_batch_messages_speak_of_the_users_batch():
+    """Without a recipe, a non-dividing --num-minibatches is reported against the user's own N x T."""
+    with pytest.raises(m.UsageError, match=r"--num-minibatches 3 does not divide the batch 8x16=128") as err:
+        resolve(num_envs=8, num_steps=16, num_minibatches=3)
+    assert "base" not in str(err.value)
+    # under a recipe the base configuration is what the flag describes, and the message says so
+    with pytest.raises(m.UsageError, match=r"base batch 8x15=120 of --scaling-recipe more-minibatches"):
+        resolve(num_envs=16, num_steps=15, num_minibatches=7, scaling_recipe="more-minibatches")
 
 
 # ------------------------------------------------------------------------------------------------ end to end

@@ -320,6 +320,8 @@ def test_four_devices_give_the_one_device_result(runs, tmp_path):
 @pytest.mark.parametrize("argv, flag", [
     (["--num-envs", "0"], "--num-envs"),
     (["--num-minibatches", "3"], "--num-minibatches"),
+    # the message speaks of the user's batch (8 x 16), not of the 2048-env base (issue 16)
+    (["--num-tasks", "8", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "3"], "the batch 8x16=128"),
     (["--ewma-com", "-1"], "--ewma-com"),
     (["--env-id", "Jax2D-Walker"], "--env-id"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
