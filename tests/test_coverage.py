@@ -31,7 +31,7 @@ def test_coverage_is_cumulative_over_iterations():
 def write_run(root, name, seed, iterations, config_extra):
     run_dir = root / name
     (run_dir / "features").mkdir(parents=True)
-    json.dump({"exp_name": "synthetic", "seed": seed, "args": dict(seed=seed, **config_extra)},
+    json.dump({"exp_name": "synthetic", "seed": seed, "args": dict(seed=seed, env_id="Game-v5", **config_extra)},
               open(run_dir / "config.json", "w"))
     for i, feats in enumerate(iterations, start=1):
         np.savez(run_dir / "features" / f"iter_{i:06d}.npz", features=feats.astype(np.float16), iteration=i,
@@ -102,3 +102,10 @@ def test_no_features_is_a_usage_error(tmp_path, capsys):
     assert coverage.main([str(tmp_path), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--save-features-every" in err[0]
+
+
+def test_env_id_selects_one_game(tmp_path, capsys):
+    write_run(tmp_path, "a", 1, [np.zeros((4, 2))], {})
+    assert len(coverage.load_runs([str(tmp_path)], [], "Game-v5")) == 1
+    assert coverage.main([str(tmp_path), "--env-id", "Other-v5", "--out", str(tmp_path / "x")]) == 2
+    assert "--env-id Other-v5" in capsys.readouterr().err

@@ -91,7 +91,7 @@ def label_of(config: dict, keys: list) -> str:
     return ", ".join(f"{k}={config_value_or(config, k, '?')}" for k in keys)
 
 
-def load_runs(roots: list, group_by: list) -> list:
+def load_runs(roots: list, group_by: list, env_id: str = "") -> list:
     runs = []
     for root in roots:
         if not os.path.isdir(root):
@@ -101,6 +101,8 @@ def load_runs(roots: list, group_by: list) -> list:
             if not files:
                 continue
             config = read_json(os.path.join(run_dir, "config.json")) or {}
+            if env_id and config_value_or(config, "env_id", "") != env_id:
+                continue  # one game per embedding: features of different games share no space
             run = RunFeatures(run_dir, label_of(config, group_by), int(config_value_or(config, "seed", 0)))
             for path in sorted(files, key=lambda p: int(FEATURE_FILE.search(p).group(1))):
                 with np.load(path) as data:
@@ -109,7 +111,8 @@ def load_runs(roots: list, group_by: list) -> list:
                     run.features.append(np.asarray(data["features"], dtype=np.float32))
             runs.append(run)
     if not runs:
-        raise UsageError("no saved features under the given directories: train with --save-features-every K")
+        where = f" for --env-id {env_id}" if env_id else ""
+        raise UsageError(f"no saved features under the given directories{where}: train with --save-features-every K")
     dims = {f.shape[1] for r in runs for f in r.features}
     if len(dims) != 1:
         raise UsageError(f"the runs saved features of different widths {sorted(dims)}: compare one network")
@@ -229,6 +232,7 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="output prefix: PREFIX.csv, PREFIX_final.csv, PREFIX.png, "
                    "PREFIX_scatter.png (and .pdf)")
     p.add_argument("--group-by", nargs="*", default=[], metavar="KEY", help="config.json keys naming a configuration")
+    p.add_argument("--env-id", default="", help="only the runs of this environment (one embedding per game)")
     p.add_argument("--bins", type=int, default=50, help="grid cells per axis (M25 B.7's B)")
     p.add_argument("--points-per-iteration", type=int, default=0,
                    help="points kept from every saved iteration (0 = the smallest saved count)")
@@ -249,7 +253,7 @@ def main(argv=None) -> int:
             raise UsageError(f"--points-per-iteration must be >= 0 (got {args.points_per_iteration})")
         if args.n_neighbors < 2:
             raise UsageError(f"--n-neighbors must be >= 2 (got {args.n_neighbors})")
-        runs = load_runs(args.runs, args.group_by)
+        runs = load_runs(args.runs, args.group_by, args.env_id)
         points = equalise(runs, args.points_per_iteration, args.seed)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
