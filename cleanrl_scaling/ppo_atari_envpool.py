@@ -127,6 +127,9 @@ class Args(ScalingArgs, RunArgs):
     """the target KL divergence threshold"""
     separate_encoders: bool = False
     """actor and critic each get their own Nature-CNN trunk (M25 §5.2, Fig. 5)"""
+    cleanrl_compat: bool = False
+    """CleanRL's semantics, as M25 ran them: a truncation ends the episode like a termination (no bootstrap) and
+    the step after a done, whose action envpool ignores, stays in the loss and the statistics (no masking)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -604,6 +607,28 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
+# >>> shared:ppo-batch
+def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
+    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
+    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+
+
+def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
+    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
+    CleanRL keeps every step (--cleanrl-compat)."""
+    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
+
+
+def explained_variance(values, returns, valid) -> float:
+    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
+    keep = valid.reshape(-1).cpu().numpy() > 0
+    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
+    var_y = np.var(y_true) if len(y_true) else 0.0
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+# <<< shared:ppo-batch
+
+
 def normalize_advantages(advantages, valid):
     """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std)."""
     count = valid.sum()
@@ -993,13 +1018,15 @@ def main():
 
         with torch.no_grad(), autocast():
             _, next_value = agent(state[0])
-        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
-                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+        terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
+                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
 
-        # Flatten the batch; a step right after a done was ignored by the env and is masked out
+        # Flatten the batch; a step right after a done was ignored by the env and is masked out (not by CleanRL)
         b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        b_valid = valid_mask(storage.dones, args.cleanrl_compat).reshape(-1)
         batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), 1.0 - storage.dones.reshape(-1))
+                 returns.reshape(-1), storage.values.reshape(-1), b_valid)
 
         diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
         probe = None
@@ -1030,15 +1057,13 @@ def main():
             sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
             for ep_return, ep_length in finished:
                 logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
-            var_y = np.var(y_true)
             scalars = {
                 "charts/learning_rate": optimizer.param_groups[0]["lr"],
                 "charts/SPS": sps,
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+                "losses/explained_variance": explained_variance(storage.values, returns, b_valid),
             }
             if probe is not None:
                 diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())

@@ -76,6 +76,49 @@ def test_gae_matches_cleanrl_recursion_without_dones():
         assert torch.allclose(adv[t], expected, atol=1e-5)
 
 
+def cleanrl_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """CleanRL's GAE loop (ppo_atari_envpool.py), written out in plain Python over one env's lists."""
+    num_steps, advantages, lastgaelam = len(rewards), [0.0] * len(rewards), 0.0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal, nextvalues = 1.0 - next_done, next_value
+        else:
+            nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+    return advantages
+
+
+def test_cleanrl_compat_gae_is_cleanrls_on_a_hand_made_rollout():
+    """--cleanrl-compat: a truncation ends the trace and drops the bootstrap like a termination, and the reset
+    step stays in the batch. Env 0: obs[2] terminal (reset step 2), the rollout ends in a truncation; env 1:
+    obs[1] truncated (reset step 1), obs[4] terminal."""
+    gamma, lam = 0.9, 0.8
+    rewards = [[1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [3.0, 2.0], [1.0, 0.0]]
+    values = [[0.5, 1.0], [1.0, 6.0], [9.0, 2.0], [2.0, 3.0], [4.0, 7.0]]
+    dones = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]
+    terms = [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]
+    next_value, next_done, next_term = [5.0, 8.0], [1.0, 0.0], [0.0, 0.0]
+    storage = m.make_storage(5, 2, (4, 84, 84), "cpu")
+    storage.dones[:], storage.terminations[:] = torch.tensor(dones), torch.tensor(terms)
+    state = (None, torch.tensor(next_done), torch.tensor(next_term))
+    terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=True)
+    adv, ret = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
+                                    torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
+    for i in range(2):
+        expected = cleanrl_gae([r[i] for r in rewards], [v[i] for v in values], [d[i] for d in dones],
+                               next_value[i], next_done[i], gamma, lam)
+        assert adv[:, i].tolist() == pytest.approx(expected)
+    # by hand, env 0's last step: the truncation drops the bootstrap V = 5 (the default mode keeps it)
+    assert adv[4, 0].item() == pytest.approx(1.0 - 4.0)
+    assert m.valid_mask(storage.dones, True).min() == 1.0  # CleanRL masks no reset step
+    terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=False)
+    default, _ = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
+                                      torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
+    assert default[4, 0].item() == pytest.approx(1.0 + gamma * 5.0 - 4.0)
+    assert torch.equal(m.valid_mask(storage.dones, False), 1.0 - storage.dones)
+
+
 def test_categorical_kl_by_hand():
     p, q = np.array([[0.5, 0.5]]), np.array([[0.9, 0.1]])
     expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
