@@ -964,11 +964,12 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 
 
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
-    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
     n = b_obs.shape[0]
-    stat_sum = torch.zeros(6, device=b_obs.device)
+    clipfrac_sum = torch.zeros((), device=b_obs.device)
     grad_norm_sum = torch.zeros((), device=b_obs.device)
     steps = 0
     for epoch in range(args.update_epochs):
@@ -986,7 +987,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stat_sum += stats
+            clipfrac_sum += stats[5]
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
@@ -997,7 +998,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 approx_kl /= world_size
             if approx_kl.item() > args.target_kl:
                 break
-    return stat_sum / steps, grad_norm_sum / steps, steps
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------

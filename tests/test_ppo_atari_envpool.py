@@ -224,6 +224,25 @@ def test_masked_samples_carry_no_gradient():
     assert torch.allclose(grad_a, grad_b, atol=1e-7) and torch.allclose(stats_a, stats_b, atol=1e-7)
 
 
+def test_update_logs_cleanrls_loss_statistics():
+    """losses/*: the last minibatch's losses and KLs, the clip fraction averaged over every minibatch (CleanRL)."""
+    torch.manual_seed(0)
+    agent, args = m.Agent(4), m.Args(update_epochs=2, update_chunk_size=0, learning_rate=1e-2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
+    seen = []
+    def recording_loss(*a):
+        loss, stats = m.ppo_loss(*a)
+        seen.append(stats.clone())
+        return loss, stats
+    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, lambda: torch.autocast("cpu", enabled=False),
+                               1, loss_fn=recording_loss)
+    seen = torch.stack(seen)
+    assert steps == len(seen) == 8
+    assert torch.equal(stats[:5], seen[-1, :5])
+    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
+
+
 def test_chunked_gradient_equals_the_whole_minibatch_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(4), m.Args()

@@ -302,6 +302,28 @@ def test_explained_variance_leaves_out_masked_steps():
     assert m.explained_variance(values, returns, m.valid_mask(dones, True)) == pytest.approx(everything)
 
 
+def test_update_logs_cleanrls_loss_statistics():
+    """losses/*: the last minibatch's losses and KLs, the clip fraction averaged over every minibatch (CleanRL)."""
+    torch.manual_seed(0)
+    agent, args = m.Agent(5, 2), m.Args(update_epochs=2, learning_rate=1e-2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
+    n = 32
+    batch = (torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n),
+             torch.randn(n), torch.ones(n))
+    seen = []
+    def recording_loss(*a):
+        loss, stats = m.ppo_loss(*a)
+        seen.append(stats.clone())
+        return loss, stats
+    stats, _, steps = m.update(agent, optimizer, batch, args, 8, lambda: torch.autocast("cpu", enabled=False), 1,
+                               loss_fn=recording_loss)
+    seen = torch.stack(seen)
+    assert steps == len(seen) == 8
+    assert torch.equal(stats[:5], seen[-1, :5])
+    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
+
+
 def test_compiled_loss_gives_the_eager_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(5, 2), m.Args()
