@@ -79,7 +79,7 @@ class Args(ScalingArgs, RunArgs):
     capture_video: bool = False
     """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
     bf16: bool = False
-    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    """run the networks' trunks under bfloat16 autocast, forward and backward (the output layers, parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
     compile: bool = True
@@ -501,7 +501,12 @@ class Agent(nn.Module):
         x = obs.float().mul_(1.0 / 255.0)
         hidden = self.network(x)
         critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
-        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        if hidden.dtype == torch.float32:
+            return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        # --bf16: the trunk runs in bf16, the two heads in fp32: a bf16 value is rounded to 0.125 at |V| = 20,
+        # coarser than the value clip 0.1, and bf16 logits move log-probs by up to 0.04
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
 
     def trunk_activations(self, obs, critic: bool = False) -> list:
         """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics)."""

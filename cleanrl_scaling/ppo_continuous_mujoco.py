@@ -79,7 +79,7 @@ class Args(ScalingArgs, RunArgs):
     capture_video: bool = False
     """(CleanRL flag; video needs moviepy, not in requirements.txt) rejected with a clear message if set"""
     bf16: bool = False
-    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    """run the networks' trunks under bfloat16 autocast, forward and backward (the output layers, parameters and Adam stay fp32)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -709,7 +709,11 @@ def mlp_forward(net: nn.Sequential, x):
     l1, _, l2, _, l3 = net
     x = torch.tanh(nn.functional.linear(x, l1.weight, l1.bias))
     x = torch.tanh(nn.functional.linear(x, l2.weight, l2.bias))
-    return nn.functional.linear(x, l3.weight, l3.bias)
+    if x.dtype == torch.float32:
+        return nn.functional.linear(x, l3.weight, l3.bias)
+    # --bf16: the trunk runs in bf16, the head in fp32 (bf16 would round values and action means to 8 bits)
+    with torch.autocast(x.device.type, enabled=False):
+        return nn.functional.linear(x.float(), l3.weight, l3.bias)
 
 
 class Agent(nn.Module):

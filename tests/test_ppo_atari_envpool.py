@@ -318,6 +318,32 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     assert storage.obs[1:].float().std() > 0  # the frames moved: the check ran on a real trajectory
 
 
+def test_bf16_rollout_runs_the_heads_in_fp32():
+    """--bf16: the trunk in bf16, the actor and critic heads in fp32. The stored values and log-probs are an fp32
+    evaluation of the heads on the bf16 trunk's features (bf16 heads round a value of ~1 by up to 4e-3)."""
+    torch.manual_seed(0)
+    envs = m.make_envs("Breakout-v5", 2, seed=0)
+    agent = m.Agent(envs.action_space.n, separate_encoders=True).eval()
+    storage = m.make_storage(8, 2, envs.observation_space.shape, "cpu")
+    obs, _ = envs.reset()
+    zeros = torch.zeros(2)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+                      m.Args(num_steps=8), "cpu", autocast)
+    for t in range(8):
+        x = storage.obs[t].float() / 255.0
+        with torch.no_grad():
+            with autocast():
+                hidden, critic_hidden = agent.network(x), agent.critic_network(x)
+            assert hidden.dtype == torch.bfloat16  # the trunk did run in bf16
+            logits, value = agent.actor(hidden.float()), agent.critic(critic_hidden.float()).squeeze(-1)
+        logp = torch.log_softmax(logits, -1).gather(-1, storage.actions[t][:, None]).squeeze(-1)
+        assert torch.allclose(logp, storage.logprobs[t], rtol=0, atol=1e-6)
+        assert torch.allclose(value, storage.values[t], rtol=1e-6, atol=1e-7)
+        assert value.abs().min() > 1e-2  # values large enough for bf16 rounding (2^-9 relative) to show
+
+
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)

@@ -370,6 +370,37 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     assert storage.obs[1:].std() > 0  # the observations moved: the check ran on a real trajectory
 
 
+def test_bf16_rollout_runs_the_heads_in_fp32():
+    """--bf16: the trunks in bf16, the output layers in fp32. The stored values and log-probs are an fp32
+    evaluation of the last layers on the bf16 trunk's features (bf16 heads round them to 8 bits)."""
+    torch.manual_seed(0)
+    envs = m.make_envs("HalfCheetah-v4", 2, 0, "gymnasium")
+    obs_space, act_space = m.spaces(envs)
+    agent = m.Agent(obs_space.shape[0], act_space.shape[0])
+    args = m.Args(num_steps=8)
+    storage = m.make_storage(8, 2, obs_space.shape, act_space.shape, "cpu")
+    normalizer = m.Normalizer(obs_space.shape, 2, args)
+    obs, _ = envs.reset(seed=0)
+    zeros = torch.zeros(2)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
+    m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast)
+    for t in range(8):
+        with torch.no_grad():
+            outputs = []
+            for net in (agent.actor_mean, agent.critic):
+                with autocast():
+                    features = net[3](net[2](net[1](net[0](storage.obs[t]))))
+                assert features.dtype == torch.bfloat16  # the trunk did run in bf16
+                outputs.append(net[4](features.float()))
+        mean, value = outputs[0], outputs[1].squeeze(-1)
+        dist = torch.distributions.Normal(mean, agent.actor_logstd.exp())
+        assert torch.allclose(dist.log_prob(storage.actions[t]).sum(-1), storage.logprobs[t], rtol=0, atol=1e-5)
+        assert torch.allclose(value, storage.values[t], rtol=1e-6, atol=1e-7)
+        assert value.abs().min() > 1e-2  # values large enough for bf16 rounding (2^-9 relative) to show
+
+
 def test_gaussian_kl_and_logprob_against_monte_carlo():
     rng = np.random.default_rng(1)
     mu_p, mu_q = rng.normal(size=(1, 3)), rng.normal(size=(1, 3))
