@@ -612,7 +612,8 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     torch.manual_seed(0)
     agent = m.Agent(4)
     obs = torch.randint(0, 255, (7, 4, 84, 84), dtype=torch.uint8)
-    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False), 3)
+    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False),
+                              3, num_policies=9)
     features, magnitudes = probe.representation(agent, critic=False)
     with torch.no_grad():
         full = [h.numpy() for h in agent.trunk_activations(obs)]
@@ -620,6 +621,45 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     assert m.dormant_fractions(magnitudes) == pytest.approx(m.dormant_fractions(full))
     logits_full = torch.log_softmax(agent(obs)[0], -1).detach().numpy()
     assert np.allclose(probe.logps[0], logits_full, atol=1e-5)
+
+
+def test_kl_profile_memory_is_capped_at_large_j(monkeypatch):
+    """J = 1000 minibatch steps on a tiny linear policy: the profile keeps an evenly strided subset of the
+    states within PROFILE_BYTES, and its seq/ref KL equal the uncapped profile's on those states."""
+    class TinyPolicy(torch.nn.Module):
+        channels_last = False
+        def __init__(self):
+            super().__init__()
+            self.pi = torch.nn.Linear(3, 6)
+        def forward(self, obs):
+            return self.pi(obs), obs.sum(-1)
+    torch.manual_seed(0)
+    num_states, J, kept = 64, 1000, 16
+    agent, obs, actions = TinyPolicy(), torch.randn(num_states, 3), torch.zeros(num_states, dtype=torch.long)
+    budget = 8 * 6 * (J + 1) * kept  # room for 16 of the 64 states' float64 log-probs of J + 1 policies
+    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    monkeypatch.setattr(m, "PROFILE_BYTES", budget)
+    capped = m.DiagnosticProbe(agent, obs, actions, no_autocast, 0, J + 1)
+    monkeypatch.setattr(m, "PROFILE_BYTES", 1 << 40)
+    full = m.DiagnosticProbe(agent, obs, actions, no_autocast, 0, J + 1)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(J):
+            agent.pi.weight += 0.01 * torch.randn(agent.pi.weight.shape, generator=g)
+            capped.after_step(agent)
+            full.after_step(agent)
+    assert len(capped.logps) == J + 1 and all(lp.shape == (kept, 6) for lp in capped.logps)
+    assert sum(lp.nbytes for lp in capped.logps) <= budget
+    assert len(full.logps[0]) == num_states
+    idx = capped.profile_idx
+    assert idx[0] == 0 and idx[-1] == num_states - 1 and len(np.unique(idx)) == kept  # spread over the batch
+    seq, ref = m.kl_profile(capped)
+    seq_full = [np.mean(m.categorical_kl(full.logps[j][idx], full.logps[j - 1][idx])) for j in range(1, J + 1)]
+    ref_full = [np.mean(m.categorical_kl(full.logps[J][idx], full.logps[j][idx])) for j in range(J)]
+    assert len(seq) == J and seq == pytest.approx(seq_full, rel=1e-12) and ref == pytest.approx(ref_full, rel=1e-12)
+    assert min(seq) > 0  # the policy moved at every step
+    # kl_behavior and ess still use every diagnostic state: the behaviour policy is kept whole
+    assert capped.behavior.shape == (num_states, 6) and np.array_equal(capped.behavior, full.logps[0])
 
 
 def test_run_directories_never_collide(tmp_path):
