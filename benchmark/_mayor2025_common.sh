@@ -3,6 +3,8 @@
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally (the bundled template).
+# Every run gets --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
+# M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_DIR=${OUT_DIR:-runs/figures}
@@ -14,12 +16,14 @@ read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
 [[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+COMPAT=(--cleanrl-compat)
+[[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
 
 launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_atari_envpool.py --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${GAMES[@]}" --seeds "${SEEDS[@]}" \
-    "${EXTRA[@]}" "$@"
+    "${EXTRA[@]}" "$@" "${COMPAT[@]}"
 }
 
 figure() {  # figure NAME GROUP_BY LABEL: IQM of human-normalised final returns, and learning curves

@@ -8,6 +8,8 @@
 # Environment: RUNS_DIR (runs/honari2025_minibatch), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
 # TOTAL_TIMESTEPS (10000000: H25 does not state its budget), DIAGNOSTICS_EVERY (10 iterations), ENV_IDS.
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
+# Runs use --cleanrl-compat (CleanRL's semantics, which H25 ran: truncation as termination, per-env
+# normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-runs/honari2025_minibatch}
@@ -19,13 +21,15 @@ DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-10}
 read -r -a ENV_IDS <<< "${ENV_IDS:-Humanoid-v4 HalfCheetah-v4 Ant-v4 Walker2d-v4}"
 DRY=()
 [[ -n "${DRY_RUN:-}" ]] && DRY=(--dry-run)
+COMPAT=(--cleanrl-compat)
+[[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
 
 "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_minibatch \
   --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
   --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
   --sweep minibatch-size=50,100,200,500,1000 \
   -- --env-backend envpool --num-envs 500 --num-steps 100 --total-timesteps "$TOTAL_TIMESTEPS" \
-     --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile
+     --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}"
 [[ -n "${DRY_RUN:-}" ]] && exit 0
 
 for ENV_ID in "${ENV_IDS[@]}"; do

@@ -8,6 +8,8 @@
 #   DRY_RUN=1 bash benchmark/honari2025_nxt.sh              # print the commands only
 # Environment: RUNS_DIR (runs/honari2025_nxt), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
 # TOTAL_TIMESTEPS (10000000: H25 does not state its budget), DIAGNOSTICS_EVERY (10), MINIBATCH_SIZE (1000), ENV_IDS.
+# Runs use --cleanrl-compat (CleanRL's semantics, which H25 ran: truncation as termination, per-env
+# normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-runs/honari2025_nxt}
@@ -20,6 +22,8 @@ MINIBATCH_SIZE=${MINIBATCH_SIZE:-1000}
 read -r -a ENV_IDS <<< "${ENV_IDS:-Humanoid-v4 HalfCheetah-v4 Ant-v4 Walker2d-v4}"
 DRY=()
 [[ -n "${DRY_RUN:-}" ]] && DRY=(--dry-run)
+COMPAT=(--cleanrl-compat)
+[[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
 
 "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_nxt \
   --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
@@ -27,7 +31,7 @@ DRY=()
   --flag-set "--env-backend envpool --num-envs 1000 --num-steps 50 --minibatch-size $MINIBATCH_SIZE" \
   --flag-set "--env-backend envpool --num-envs 100 --num-steps 500 --minibatch-size $MINIBATCH_SIZE" \
   --flag-set "--env-backend gymnasium --num-envs 1 --num-steps 2048 --num-minibatches 32" \
-  -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile
+  -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}"
 [[ -n "${DRY_RUN:-}" ]] && exit 0
 
 for ENV_ID in "${ENV_IDS[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # M25 Fig. 1b, and from the same runs Figs. 3, 4 and 10 (feature rank, dormant units, weight norm, gradient
 # kurtosis, policy variance, ESS): growing the batch through N (envs) or through T (rollout length). M25 §4–5.
+# Runs with --cleanrl-compat (CleanRL's semantics, as M25 ran them); CLEANRL_COMPAT=0 runs the default mode.
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig1b}
 source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig1b --flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --num-steps 128" \

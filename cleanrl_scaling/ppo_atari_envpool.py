@@ -79,7 +79,7 @@ class Args(ScalingArgs, RunArgs):
     capture_video: bool = False
     """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
     bf16: bool = False
-    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    """run the networks' trunks under bfloat16 autocast, forward and backward (the output layers, parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
     compile: bool = True
@@ -127,6 +127,9 @@ class Args(ScalingArgs, RunArgs):
     """the target KL divergence threshold"""
     separate_encoders: bool = False
     """actor and critic each get their own Nature-CNN trunk (M25 §5.2, Fig. 5)"""
+    cleanrl_compat: bool = False
+    """CleanRL's semantics, as M25 ran them: a truncation ends the episode like a termination (no bootstrap) and
+    the step after a done, whose action envpool ignores, stays in the loss and the statistics (no masking)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -498,7 +501,12 @@ class Agent(nn.Module):
         x = obs.float().mul_(1.0 / 255.0)
         hidden = self.network(x)
         critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
-        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        if hidden.dtype == torch.float32:
+            return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        # --bf16: the trunk runs in bf16, the two heads in fp32: a bf16 value is rounded to 0.125 at |V| = 20,
+        # coarser than the value clip 0.1, and bf16 logits move log-probs by up to 0.04
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
 
     def trunk_activations(self, obs, critic: bool = False) -> list:
         """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics)."""
@@ -602,6 +610,28 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
         lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
         advantages[t] = lastgaelam
     return advantages, advantages + values
+
+
+# >>> shared:ppo-batch
+def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
+    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
+    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+
+
+def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
+    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
+    CleanRL keeps every step (--cleanrl-compat)."""
+    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
+
+
+def explained_variance(values, returns, valid) -> float:
+    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
+    keep = valid.reshape(-1).cpu().numpy() > 0
+    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
+    var_y = np.var(y_true) if len(y_true) else 0.0
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+# <<< shared:ppo-batch
 
 
 def normalize_advantages(advantages, valid):
@@ -711,11 +741,12 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 
 
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
-    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
     device = batch[0].device
     n = batch[0].shape[0]
-    stat_sum = torch.zeros(6, device=device)
+    clipfrac_sum = torch.zeros((), device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
     for epoch in range(args.update_epochs):
@@ -729,7 +760,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stat_sum += stats
+            clipfrac_sum += stats[5]
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
@@ -740,24 +771,34 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 approx_kl /= world_size
             if approx_kl.item() > args.target_kl:
                 break
-    return stat_sum / steps, grad_norm_sum / steps, steps
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
 # ---------------------------------------------------------------------------------------------------------
+PROFILE_BYTES = 256 << 20  # the KL profile keeps log pi(.|s) of every policy pi_0..pi_J; beyond this, fewer states
+
+
 class DiagnosticProbe:
-    def __init__(self, agent, obs, actions, autocast, chunk):
+    def __init__(self, agent, obs, actions, autocast, chunk, num_policies):
         if agent.channels_last:  # converted once here, not in each of the J + 2 forward passes
             obs = obs.contiguous(memory_format=torch.channels_last)
         self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
         self.params_before = [p.detach().clone() for p in agent.parameters()]
-        self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
+        self.behavior = self.policy_logp(agent, obs)  # pi_0 = the behaviour policy, on every diagnostic state
+        # H25 Fig. 2 at J ~ 10^3 minibatch steps: (J + 1) x S x A float64 log-probs and J forwards over S would be
+        # ~0.6 GB and a thousand CNN passes; the profile uses an evenly strided subset of S within PROFILE_BYTES
+        keep = max(2, min(len(obs), PROFILE_BYTES // (8 * self.behavior.shape[1] * num_policies)))
+        self.profile_idx = diagnostic_states(len(obs), keep)
+        self.profile_obs = obs[torch.as_tensor(self.profile_idx, device=obs.device)] if keep < len(obs) else obs
+        self.logps = [self.behavior[self.profile_idx]]
         self.grad = None
 
-    def policy_logp(self, agent) -> np.ndarray:
+    def policy_logp(self, agent, obs) -> np.ndarray:
         with torch.no_grad(), self.autocast():
-            logits = torch.cat([agent(obs)[0] for obs in self.obs.split(self.chunk)])
+            logits = torch.cat([agent(part)[0] for part in obs.split(self.chunk)])
         return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
 
     def representation(self, agent, critic: bool) -> tuple:
@@ -776,7 +817,7 @@ class DiagnosticProbe:
         self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
 
     def after_step(self, agent):
-        self.logps.append(self.policy_logp(agent))
+        self.logps.append(self.policy_logp(agent, self.profile_obs))
 
     def __call__(self, i, j):
         return categorical_kl(self.logps[i], self.logps[j])
@@ -786,7 +827,8 @@ class DiagnosticProbe:
         return len(self.logps)
 
     def results(self, agent, batch_size, grad_norm) -> tuple:
-        logp_behavior, logp_after = self.logps[0], self.logps[-1]
+        full_profile = len(self.profile_idx) == len(self.obs)
+        logp_behavior, logp_after = self.behavior, self.logps[-1] if full_profile else self.policy_logp(agent, self.obs)
         kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
         seq, ref = kl_profile(self)
         acts = self.actions.cpu().numpy()
@@ -993,13 +1035,15 @@ def main():
 
         with torch.no_grad(), autocast():
             _, next_value = agent(state[0])
-        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
-                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+        terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
+                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
 
-        # Flatten the batch; a step right after a done was ignored by the env and is masked out
+        # Flatten the batch; a step right after a done was ignored by the env and is masked out (not by CleanRL)
         b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        b_valid = valid_mask(storage.dones, args.cleanrl_compat).reshape(-1)
         batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), 1.0 - storage.dones.reshape(-1))
+                 returns.reshape(-1), storage.values.reshape(-1), b_valid)
 
         diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
         probe = None
@@ -1007,7 +1051,8 @@ def main():
             idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
             # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
             chunk = 128 if device.type == "cpu" else args.update_chunk_size
-            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk)
+            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk,
+                                    args.num_minibatches * args.update_epochs + 1)
 
         agent.train()
         loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
@@ -1030,15 +1075,13 @@ def main():
             sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
             for ep_return, ep_length in finished:
                 logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
-            var_y = np.var(y_true)
             scalars = {
                 "charts/learning_rate": optimizer.param_groups[0]["lr"],
                 "charts/SPS": sps,
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+                "losses/explained_variance": explained_variance(storage.values, returns, b_valid),
             }
             if probe is not None:
                 diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())

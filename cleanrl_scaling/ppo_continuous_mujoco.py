@@ -79,7 +79,7 @@ class Args(ScalingArgs, RunArgs):
     capture_video: bool = False
     """(CleanRL flag; video needs moviepy, not in requirements.txt) rejected with a clear message if set"""
     bf16: bool = False
-    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    """run the networks' trunks under bfloat16 autocast, forward and backward (the output layers, parameters and Adam stay fp32)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -100,6 +100,10 @@ class Args(ScalingArgs, RunArgs):
     """one set of normalisation statistics for all envs (and ranks), or one per env as CleanRL's wrappers keep"""
     norm_clip: float = 10.0
     """normalised observations and rewards are clipped to [-norm_clip, norm_clip]"""
+    cleanrl_compat: bool = False
+    """CleanRL's semantics, as H25 ran them: a truncation ends the episode like a termination (no bootstrap),
+    per-env normalisation with gymnasium's wrapper arithmetic (implies --norm-stats per-env), gymnasium envs that
+    reset within the done step; on envpool, the step after a done stays in the loss (no masking)"""
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v4"
@@ -490,31 +494,35 @@ def gymnasium_mujoco_ids() -> list:
                   if isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium.envs.mujoco"))
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int = 0):
+def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int = 0, same_step: bool = False):
     """num_envs environments with NEXT_STEP autoreset on both backends: the step after a done returns the first
-    observation of the next episode (reward 0, not done) and ignores its action."""
+    observation of the next episode (reward 0, not done) and ignores its action. same_step (gymnasium only):
+    the done step itself returns the next episode's first observation, the terminal one in info["final_obs"]
+    (the autoreset of gymnasium 0.29, which CleanRL's ppo_continuous_action.py ran on)."""
     if backend == "envpool":
         envpool = import_envpool()
         threads = threads or min(num_envs, len(os.sched_getaffinity(0)))
         return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=threads)
     gym = quiet_gymnasium()
+    mode = gym.vector.AutoresetMode.SAME_STEP if same_step else gym.vector.AutoresetMode.NEXT_STEP
     if num_envs == 1:
-        envs = OneEnv(gym.make(env_id, disable_env_checker=True))
+        envs = OneEnv(gym.make(env_id, disable_env_checker=True), same_step)
     else:
         envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id, disable_env_checker=True) for _ in range(num_envs)],
-                                        copy=False, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+                                        copy=False, autoreset_mode=mode)
     envs.reset(seed=seed)  # env i is seeded with seed + i; the reset() in main then draws from its own RNG
     return envs
 
 
 class OneEnv:
-    """One gymnasium env behind the vector API, with SyncVectorEnv's NEXT_STEP autoreset (same seeds, same
-    trajectories): at CleanRL's 1 env, SyncVectorEnv's bookkeeping (info merging, copies) costs half a MuJoCo step."""
+    """One gymnasium env behind the vector API, with SyncVectorEnv's NEXT_STEP or SAME_STEP autoreset (same seeds,
+    same trajectories): at CleanRL's 1 env, SyncVectorEnv's bookkeeping (info merging, copies) costs half a MuJoCo step."""
 
-    def __init__(self, env):
+    def __init__(self, env, same_step: bool = False):
         self.envs = [env]
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
         self._autoreset_envs = np.zeros(1, dtype=bool)
+        self.same_step = same_step
 
     def reset(self, seed=None):
         obs, info = self.envs[0].reset(seed=seed)
@@ -526,7 +534,13 @@ class OneEnv:
             (obs, info), reward, term, trunc = self.envs[0].reset(), 0.0, False, False
         else:
             obs, reward, term, trunc, info = self.envs[0].step(actions[0])
-        self._autoreset_envs[0] = term or trunc
+        if self.same_step and (term or trunc):  # SyncVectorEnv's SAME_STEP info layout
+            final_obs = np.empty(1, dtype=object)
+            final_obs[0] = obs
+            obs, info = self.envs[0].reset()
+            info = {"final_obs": final_obs, "_final_obs": np.array([True])}
+        else:
+            self._autoreset_envs[0] = term or trunc
         return obs[None], np.array([reward], dtype=np.float64), np.array([term]), np.array([trunc]), info
 
     def close(self):
@@ -629,28 +643,37 @@ def normalize(obs, mean, var, clip) -> np.ndarray:
 class Normalizer:
     """CleanRL's NormalizeObservation + NormalizeReward + clipping at 10, vectorised over envs and done in the
     script so that both backends, checkpoints and the saved model share it. The discounted return whose std
-    scales the reward restarts at every episode start (gymnasium 1.x restarts it with a termination's own
-    reward and never on truncation); the reset step of NEXT_STEP autoreset is not a sample of either statistic."""
+    scales the reward restarts at every episode start; gymnasium's wrapper (--cleanrl-compat) restarts it with a
+    termination's own reward and never on truncation. The reset step of NEXT_STEP autoreset is not a sample of
+    the return statistic; an observation is a sample of the observation statistic whenever the env returns it
+    (also the terminal one and the first of an episode, as gymnasium's wrapper sees them)."""
 
     def __init__(self, obs_shape, num_envs: int, args, world_size: int = 1):
         per_env = args.norm_stats == "per-env"
+        self.gymnasium_return = args.cleanrl_compat
         self.obs_rms = RunningMeanStd(obs_shape, num_envs, per_env, world_size)
         self.ret_rms = RunningMeanStd((), num_envs, per_env, world_size)
         self.ret = np.zeros(num_envs)
         self.norm_obs, self.norm_reward, self.clip, self.gamma = args.norm_obs, args.norm_reward, args.norm_clip, args.gamma
 
-    def obs(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
-        """Normalised float32 observations [N, ...]; the statistics first take in this batch."""
+    def obs(self, obs: np.ndarray, update: bool = True, final: Optional[tuple] = None) -> np.ndarray:
+        """Normalised float32 observations [N, ...]; the statistics first take in this batch, preceded by the
+        terminal observations `final` = (obs [N, ...], mask [N]) that a SAME_STEP autoreset left in info."""
         if not self.norm_obs:
             return obs.astype(np.float32)
         if update:
+            if final is not None:
+                self.obs_rms.update(*final)
             self.obs_rms.update(obs)
         return normalize(obs, self.obs_rms.mean, self.obs_rms.var, self.clip)
 
-    def reward(self, reward: np.ndarray, reset_step: np.ndarray) -> np.ndarray:
+    def reward(self, reward: np.ndarray, reset_step: np.ndarray, terminated: np.ndarray) -> np.ndarray:
         if not self.norm_reward:
             return reward.astype(np.float32)
-        self.ret = np.where(reset_step, 0.0, self.ret * self.gamma + reward)
+        if self.gymnasium_return:  # gymnasium's NormalizeReward: G = G * gamma * (1 - terminated) + r
+            self.ret = np.where(reset_step, self.ret, self.ret * self.gamma * (1.0 - terminated) + reward)
+        else:
+            self.ret = np.where(reset_step, 0.0, self.ret * self.gamma + reward)
         self.ret_rms.update(self.ret, ~reset_step)
         normed = reward / np.sqrt(self.ret_rms.var + 1e-8)
         return np.clip(normed, -self.clip, self.clip).astype(np.float32)
@@ -686,7 +709,11 @@ def mlp_forward(net: nn.Sequential, x):
     l1, _, l2, _, l3 = net
     x = torch.tanh(nn.functional.linear(x, l1.weight, l1.bias))
     x = torch.tanh(nn.functional.linear(x, l2.weight, l2.bias))
-    return nn.functional.linear(x, l3.weight, l3.bias)
+    if x.dtype == torch.float32:
+        return nn.functional.linear(x, l3.weight, l3.bias)
+    # --bf16: the trunk runs in bf16, the head in fp32 (bf16 would round values and action means to 8 bits)
+    with torch.autocast(x.device.type, enabled=False):
+        return nn.functional.linear(x.float(), l3.weight, l3.bias)
 
 
 class Agent(nn.Module):
@@ -765,13 +792,31 @@ class EpisodeStats:
         self.returns = np.where(reset_step, 0.0, self.returns + reward)  # a reset step is no step of an episode
         self.lengths = np.where(reset_step, 0, self.lengths + 1)
         ended = np.flatnonzero(np.logical_or(terminated, truncated))
-        return [(float(self.returns[i]), int(self.lengths[i])) for i in ended]
+        finished = [(float(self.returns[i]), int(self.lengths[i])) for i in ended]
+        self.returns[ended], self.lengths[ended] = 0.0, 0  # SAME_STEP autoreset has no reset step to do it
+        return finished
+
+
+def final_observations(info: dict, obs: np.ndarray) -> Optional[tuple]:
+    """(terminal observations [N, ...], mask [N]) from a SAME_STEP autoreset's info, or None."""
+    if "final_obs" not in info:
+        return None
+    mask = np.asarray(info["_final_obs"], dtype=bool)
+    final = obs.copy()
+    final[mask] = np.stack(info["final_obs"][mask])
+    return final, mask
+
+
+def uses_same_step(args) -> bool:
+    """--cleanrl-compat on gymnasium reproduces gymnasium 0.29's autoreset within the done step (no reset step)."""
+    return args.cleanrl_compat and args.env_backend == "gymnasium"
 
 
 def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast):
     """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
     next_obs, next_done, next_term = state
-    reset_step = next_done.cpu().numpy() > 0
+    same_step = uses_same_step(args)
+    reset_step = (next_done.cpu().numpy() > 0) & (not same_step)
     act_space = spaces(envs)[1]
     finished = []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
@@ -790,11 +835,13 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             env_action = np.clip(action.cpu().numpy(), act_space.low, act_space.high)
             obs_np, reward, term, trunc, info = envs.step(env_action)
             finished += stats.update(reward, term, trunc, reset_step)
-            storage.rewards[step] = torch.as_tensor(normalizer.reward(reward, reset_step), device=device)
-            next_obs = torch.as_tensor(normalizer.obs(obs_np), device=device)
-            reset_step = np.logical_or(term, trunc)
+            storage.rewards[step] = torch.as_tensor(normalizer.reward(reward, reset_step, term), device=device)
+            next_obs = torch.as_tensor(normalizer.obs(obs_np, final=final_observations(info, obs_np)), device=device)
+            # NEXT_STEP: the step after a done is a reset step; SAME_STEP (--cleanrl-compat, gymnasium) has none
+            done = np.logical_or(term, trunc)
+            reset_step = done & (not same_step)
             next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: 5x cheaper
-            next_done = torch.as_tensor(reset_step.astype(np.float32), device=device)
+            next_done = torch.as_tensor(done.astype(np.float32), device=device)
     return finished, (next_obs, next_done, next_term)
 
 
@@ -814,6 +861,28 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
         lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
         advantages[t] = lastgaelam
     return advantages, advantages + values
+
+
+# >>> shared:ppo-batch
+def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
+    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
+    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+
+
+def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
+    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
+    CleanRL keeps every step (--cleanrl-compat)."""
+    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
+
+
+def explained_variance(values, returns, valid) -> float:
+    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
+    keep = valid.reshape(-1).cpu().numpy() > 0
+    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
+    var_y = np.var(y_true) if len(y_true) else 0.0
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+# <<< shared:ppo-batch
 
 
 def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args):
@@ -899,11 +968,12 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 
 
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
-    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
     n = b_obs.shape[0]
-    stat_sum = torch.zeros(6, device=b_obs.device)
+    clipfrac_sum = torch.zeros((), device=b_obs.device)
     grad_norm_sum = torch.zeros((), device=b_obs.device)
     steps = 0
     for epoch in range(args.update_epochs):
@@ -921,7 +991,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stat_sum += stats
+            clipfrac_sum += stats[5]
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
@@ -932,7 +1002,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 approx_kl /= world_size
             if approx_kl.item() > args.target_kl:
                 break
-    return stat_sum / steps, grad_norm_sum / steps, steps
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1058,6 +1129,8 @@ def env_ids(backend: str) -> list:
 
 def validate(args) -> dict:
     """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    if args.cleanrl_compat:  # CleanRL's gymnasium wrappers keep their statistics per env
+        args.norm_stats = "per-env"
     known = env_ids(args.env_backend)
     check(args.env_id in known, f"--env-id {args.env_id!r} is not a MuJoCo id of the {args.env_backend} backend "
           f"(e.g. {', '.join(known[:3])}; see --env-backend)")
@@ -1088,7 +1161,7 @@ def validate(args) -> dict:
 def signature(args) -> dict:
     """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
     return {"env_id": args.env_id, "env_backend": args.env_backend, "norm_stats": args.norm_stats,
-            "num_envs": args.num_envs, "num_steps": args.num_steps}
+            "cleanrl_compat": args.cleanrl_compat, "num_envs": args.num_envs, "num_steps": args.num_steps}
 
 
 def main():
@@ -1130,7 +1203,7 @@ def main():
     saved = ckpt["ranks"][rank] if ckpt else None
     restart = saved is not None and saved["envs"] is None
     env_seed = args.seed + rank * local_envs + (1_000_003 * start_iteration if restart else 0)
-    envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads)
+    envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads, uses_same_step(args))
     obs_space, act_space = spaces(envs)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); "
@@ -1215,14 +1288,16 @@ def main():
 
         with torch.no_grad(), autocast():
             _, _, next_value = agent(state[0])
-        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
-                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+        terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
+                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
 
-        # Flatten the batch; a step right after a done was ignored by the env and is masked out
+        # Flatten the batch; a step right after a done was ignored by the env and is masked out (not by CleanRL)
         b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
         b_actions = storage.actions.reshape((-1,) + storage.actions.shape[2:])
+        b_valid = valid_mask(storage.dones, args.cleanrl_compat).reshape(-1)
         batch = (b_obs, b_actions, storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), 1.0 - storage.dones.reshape(-1))
+                 returns.reshape(-1), storage.values.reshape(-1), b_valid)
 
         diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
         probe = None
@@ -1252,15 +1327,13 @@ def main():
             sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
             for ep_return, ep_length in finished:
                 logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
-            var_y = np.var(y_true)
             scalars = {
                 "charts/learning_rate": optimizer.param_groups[0]["lr"],
                 "charts/SPS": sps,
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+                "losses/explained_variance": explained_variance(storage.values, returns, b_valid),
             }
             if probe is not None:
                 diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())

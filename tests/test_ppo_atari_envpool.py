@@ -76,6 +76,49 @@ def test_gae_matches_cleanrl_recursion_without_dones():
         assert torch.allclose(adv[t], expected, atol=1e-5)
 
 
+def cleanrl_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """CleanRL's GAE loop (ppo_atari_envpool.py), written out in plain Python over one env's lists."""
+    num_steps, advantages, lastgaelam = len(rewards), [0.0] * len(rewards), 0.0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal, nextvalues = 1.0 - next_done, next_value
+        else:
+            nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+    return advantages
+
+
+def test_cleanrl_compat_gae_is_cleanrls_on_a_hand_made_rollout():
+    """--cleanrl-compat: a truncation ends the trace and drops the bootstrap like a termination, and the reset
+    step stays in the batch. Env 0: obs[2] terminal (reset step 2), the rollout ends in a truncation; env 1:
+    obs[1] truncated (reset step 1), obs[4] terminal."""
+    gamma, lam = 0.9, 0.8
+    rewards = [[1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [3.0, 2.0], [1.0, 0.0]]
+    values = [[0.5, 1.0], [1.0, 6.0], [9.0, 2.0], [2.0, 3.0], [4.0, 7.0]]
+    dones = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]
+    terms = [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]
+    next_value, next_done, next_term = [5.0, 8.0], [1.0, 0.0], [0.0, 0.0]
+    storage = m.make_storage(5, 2, (4, 84, 84), "cpu")
+    storage.dones[:], storage.terminations[:] = torch.tensor(dones), torch.tensor(terms)
+    state = (None, torch.tensor(next_done), torch.tensor(next_term))
+    terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=True)
+    adv, ret = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
+                                    torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
+    for i in range(2):
+        expected = cleanrl_gae([r[i] for r in rewards], [v[i] for v in values], [d[i] for d in dones],
+                               next_value[i], next_done[i], gamma, lam)
+        assert adv[:, i].tolist() == pytest.approx(expected)
+    # by hand, env 0's last step: the truncation drops the bootstrap V = 5 (the default mode keeps it)
+    assert adv[4, 0].item() == pytest.approx(1.0 - 4.0)
+    assert m.valid_mask(storage.dones, True).min() == 1.0  # CleanRL masks no reset step
+    terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=False)
+    default, _ = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
+                                      torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
+    assert default[4, 0].item() == pytest.approx(1.0 + gamma * 5.0 - 4.0)
+    assert torch.equal(m.valid_mask(storage.dones, False), 1.0 - storage.dones)
+
+
 def test_categorical_kl_by_hand():
     p, q = np.array([[0.5, 0.5]]), np.array([[0.9, 0.1]])
     expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
@@ -181,6 +224,25 @@ def test_masked_samples_carry_no_gradient():
     assert torch.allclose(grad_a, grad_b, atol=1e-7) and torch.allclose(stats_a, stats_b, atol=1e-7)
 
 
+def test_update_logs_cleanrls_loss_statistics():
+    """losses/*: the last minibatch's losses and KLs, the clip fraction averaged over every minibatch (CleanRL)."""
+    torch.manual_seed(0)
+    agent, args = m.Agent(4), m.Args(update_epochs=2, update_chunk_size=0, learning_rate=1e-2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
+    seen = []
+    def recording_loss(*a):
+        loss, stats = m.ppo_loss(*a)
+        seen.append(stats.clone())
+        return loss, stats
+    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, lambda: torch.autocast("cpu", enabled=False),
+                               1, loss_fn=recording_loss)
+    seen = torch.stack(seen)
+    assert steps == len(seen) == 8
+    assert torch.equal(stats[:5], seen[-1, :5])
+    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
+
+
 def test_chunked_gradient_equals_the_whole_minibatch_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(4), m.Args()
@@ -254,6 +316,32 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
         logp = torch.log_softmax(logits.float(), -1).gather(-1, storage.actions[t][:, None]).squeeze(-1)
         assert torch.equal(logp, storage.logprobs[t]) and torch.equal(value.float(), storage.values[t])
     assert storage.obs[1:].float().std() > 0  # the frames moved: the check ran on a real trajectory
+
+
+def test_bf16_rollout_runs_the_heads_in_fp32():
+    """--bf16: the trunk in bf16, the actor and critic heads in fp32. The stored values and log-probs are an fp32
+    evaluation of the heads on the bf16 trunk's features (bf16 heads round a value of ~1 by up to 4e-3)."""
+    torch.manual_seed(0)
+    envs = m.make_envs("Breakout-v5", 2, seed=0)
+    agent = m.Agent(envs.action_space.n, separate_encoders=True).eval()
+    storage = m.make_storage(8, 2, envs.observation_space.shape, "cpu")
+    obs, _ = envs.reset()
+    zeros = torch.zeros(2)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+                      m.Args(num_steps=8), "cpu", autocast)
+    for t in range(8):
+        x = storage.obs[t].float() / 255.0
+        with torch.no_grad():
+            with autocast():
+                hidden, critic_hidden = agent.network(x), agent.critic_network(x)
+            assert hidden.dtype == torch.bfloat16  # the trunk did run in bf16
+            logits, value = agent.actor(hidden.float()), agent.critic(critic_hidden.float()).squeeze(-1)
+        logp = torch.log_softmax(logits, -1).gather(-1, storage.actions[t][:, None]).squeeze(-1)
+        assert torch.allclose(logp, storage.logprobs[t], rtol=0, atol=1e-6)
+        assert torch.allclose(value, storage.values[t], rtol=1e-6, atol=1e-7)
+        assert value.abs().min() > 1e-2  # values large enough for bf16 rounding (2^-9 relative) to show
 
 
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
@@ -524,7 +612,8 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     torch.manual_seed(0)
     agent = m.Agent(4)
     obs = torch.randint(0, 255, (7, 4, 84, 84), dtype=torch.uint8)
-    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False), 3)
+    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False),
+                              3, num_policies=9)
     features, magnitudes = probe.representation(agent, critic=False)
     with torch.no_grad():
         full = [h.numpy() for h in agent.trunk_activations(obs)]
@@ -532,6 +621,45 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     assert m.dormant_fractions(magnitudes) == pytest.approx(m.dormant_fractions(full))
     logits_full = torch.log_softmax(agent(obs)[0], -1).detach().numpy()
     assert np.allclose(probe.logps[0], logits_full, atol=1e-5)
+
+
+def test_kl_profile_memory_is_capped_at_large_j(monkeypatch):
+    """J = 1000 minibatch steps on a tiny linear policy: the profile keeps an evenly strided subset of the
+    states within PROFILE_BYTES, and its seq/ref KL equal the uncapped profile's on those states."""
+    class TinyPolicy(torch.nn.Module):
+        channels_last = False
+        def __init__(self):
+            super().__init__()
+            self.pi = torch.nn.Linear(3, 6)
+        def forward(self, obs):
+            return self.pi(obs), obs.sum(-1)
+    torch.manual_seed(0)
+    num_states, J, kept = 64, 1000, 16
+    agent, obs, actions = TinyPolicy(), torch.randn(num_states, 3), torch.zeros(num_states, dtype=torch.long)
+    budget = 8 * 6 * (J + 1) * kept  # room for 16 of the 64 states' float64 log-probs of J + 1 policies
+    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    monkeypatch.setattr(m, "PROFILE_BYTES", budget)
+    capped = m.DiagnosticProbe(agent, obs, actions, no_autocast, 0, J + 1)
+    monkeypatch.setattr(m, "PROFILE_BYTES", 1 << 40)
+    full = m.DiagnosticProbe(agent, obs, actions, no_autocast, 0, J + 1)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(J):
+            agent.pi.weight += 0.01 * torch.randn(agent.pi.weight.shape, generator=g)
+            capped.after_step(agent)
+            full.after_step(agent)
+    assert len(capped.logps) == J + 1 and all(lp.shape == (kept, 6) for lp in capped.logps)
+    assert sum(lp.nbytes for lp in capped.logps) <= budget
+    assert len(full.logps[0]) == num_states
+    idx = capped.profile_idx
+    assert idx[0] == 0 and idx[-1] == num_states - 1 and len(np.unique(idx)) == kept  # spread over the batch
+    seq, ref = m.kl_profile(capped)
+    seq_full = [np.mean(m.categorical_kl(full.logps[j][idx], full.logps[j - 1][idx])) for j in range(1, J + 1)]
+    ref_full = [np.mean(m.categorical_kl(full.logps[J][idx], full.logps[j][idx])) for j in range(J)]
+    assert len(seq) == J and seq == pytest.approx(seq_full, rel=1e-12) and ref == pytest.approx(ref_full, rel=1e-12)
+    assert min(seq) > 0  # the policy moved at every step
+    # kl_behavior and ess still use every diagnostic state: the behaviour policy is kept whole
+    assert capped.behavior.shape == (num_states, 6) and np.array_equal(capped.behavior, full.logps[0])
 
 
 def test_run_directories_never_collide(tmp_path):

@@ -182,12 +182,146 @@ def test_reward_normalizer_scales_by_discounted_return_std():
     reset = [False, False, True, False, False]  # step 2 is the reset step of NEXT_STEP autoreset
     out, ret, seen = [], 0.0, []
     for r, s in zip(rewards, reset):
-        out.append(float(norm.reward(np.array([r]), np.array([s]))[0]))
+        out.append(float(norm.reward(np.array([r]), np.array([s]), np.array([False]))[0]))
         ret = 0.0 if s else ret * 0.9 + r
         if not s:
             seen.append(ret)
     assert norm.ret_rms.var[()] == pytest.approx(np.var(seen), rel=1e-3)
     assert out[-1] == pytest.approx(1.0 / np.sqrt(np.var(seen) + 1e-8), rel=1e-3)
+
+
+def test_reward_normalizer_cleanrl_compat_is_gymnasiums_recurrence_without_reset_steps():
+    """--cleanrl-compat: G = G * gamma * (1 - terminated) + r as gymnasium's NormalizeReward, over the steps a
+    gymnasium env makes; envpool's reset step (reward 0, action ignored) leaves G and its statistic alone."""
+    args = m.Args(gamma=0.9, cleanrl_compat=True)
+    norm = m.Normalizer((1,), 1, args)
+    rewards = [1.0, 2.0, 0.0, 3.0, 1.0, 4.0]
+    term = [False, True, False, False, False, False]  # step 1 terminates, step 2 is envpool's reset step
+    reset = [False, False, True, False, False, False]
+    # by hand: 1; 0.9 * 1 * 0 + 2 = 2; (reset step: skipped); 2 * 0.9 + 3 = 4.8; 4.8 * 0.9 + 1 = 5.32; 5.32 * 0.9 + 4
+    seen = [1.0, 2.0, 4.8, 5.32, 8.788]
+    for r, t, s in zip(rewards, term, reset):
+        norm.reward(np.array([r]), np.array([s]), np.array([t]))
+    assert norm.ret[0] == pytest.approx(seen[-1])
+    assert norm.ret_rms.var[()] == pytest.approx(np.var(seen), rel=1e-3)
+
+
+def cleanrl_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """CleanRL's GAE loop (ppo_continuous_action.py), written out in plain numpy."""
+    num_steps = len(rewards)
+    advantages = np.zeros_like(rewards)
+    lastgaelam = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+    return advantages
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_cleanrl_compat_matches_cleanrl_env_stack_and_gae(num_envs, monkeypatch):
+    """--cleanrl-compat (gymnasium backend) against CleanRL's own env stack, built here as its make_env builds it
+    (per-env NormalizeObservation, clip, NormalizeReward, clip; autoreset within the done step) and fed the same
+    actions: the same normalised observations, rewards and dones, and CleanRL's GAE loop gives our advantages.
+    Hopper falls within ~20 steps with a fresh policy (terminations); a 20-step limit adds truncations."""
+    import gymnasium as gym
+    real_make = gym.make
+    monkeypatch.setattr(gym, "make", lambda env_id, **kw: real_make(env_id, max_episode_steps=20, **kw))
+    torch.manual_seed(0)
+    n, T = num_envs, 60
+    args = m.Args(env_id="Hopper-v4", num_envs=n, num_steps=T, num_minibatches=4, total_timesteps=n * T, cleanrl_compat=True)
+    m.validate(args)
+    assert args.norm_stats == "per-env"  # implied by --cleanrl-compat
+    envs = m.make_envs("Hopper-v4", n, 0, "gymnasium", same_step=m.uses_same_step(args))
+    obs_space, act_space = m.spaces(envs)
+    agent = m.Agent(obs_space.shape[0], act_space.shape[0])
+    storage = m.make_storage(T, n, obs_space.shape, act_space.shape, "cpu")
+    normalizer = m.Normalizer(obs_space.shape, n, args)
+    obs, _ = envs.reset(seed=0)
+    zeros = torch.zeros(n)
+    state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
+    finished, state = m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(n), normalizer, args, "cpu",
+                                        lambda: torch.autocast("cpu", enabled=False))
+
+    def cleanrl_make_env():  # CleanRL's make_env, without video
+        env = real_make("Hopper-v4", max_episode_steps=20)
+        env = gym.wrappers.FlattenObservation(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.ClipAction(env)
+        env = gym.wrappers.NormalizeObservation(env)
+        env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10), env.observation_space)
+        env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
+        return gym.wrappers.TransformReward(env, lambda r: np.clip(r, -10, 10))
+    ref = gym.vector.SyncVectorEnv([cleanrl_make_env] * n, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    next_obs, _ = ref.reset(seed=0)
+    next_done = np.zeros(n)
+    ref_obs, ref_rewards, ref_dones, terms, truncs = [], [], [], 0, 0
+    for t in range(T):
+        ref_obs.append(next_obs)
+        ref_dones.append(next_done)
+        next_obs, reward, term, trunc, _ = ref.step(storage.actions[t].numpy())
+        next_done = np.logical_or(term, trunc).astype(np.float64)
+        ref_rewards.append(reward)
+        terms, truncs = terms + term.sum(), truncs + trunc.sum()
+    assert terms >= 1 and truncs >= 1  # both kinds of episode end are in the rollout
+    assert len(finished) == terms + truncs
+    assert np.allclose(storage.obs.numpy(), np.stack(ref_obs), atol=1e-5)
+    assert np.allclose(storage.rewards.numpy(), np.stack(ref_rewards), atol=1e-5)
+    assert np.array_equal(storage.dones.numpy(), np.stack(ref_dones))
+    assert np.array_equal(state[1].numpy(), next_done) and np.allclose(state[0].numpy(), next_obs, atol=1e-5)
+
+    with torch.no_grad():
+        next_value = agent(state[0])[2]
+    terminations, next_term = m.bootstrap_terminations(storage, state, args.cleanrl_compat)
+    adv, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
+                                  state[1], next_term, args.gamma, args.gae_lambda)
+    expected = cleanrl_gae(np.stack(ref_rewards), storage.values.numpy(), np.stack(ref_dones), next_value.numpy(),
+                           next_done, args.gamma, args.gae_lambda)
+    assert np.allclose(adv.numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert m.valid_mask(storage.dones, args.cleanrl_compat).min() == 1.0  # CleanRL masks nothing
+    # the default mode bootstraps truncations: other advantages on the same rollout
+    terminations, next_term = m.bootstrap_terminations(storage, state, False)
+    default, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
+                                      state[1], next_term, args.gamma, args.gae_lambda)
+    assert not np.allclose(default.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_explained_variance_leaves_out_masked_steps():
+    values = torch.tensor([[1.0, 2.0], [3.0, 100.0], [2.0, 0.0]])
+    returns = torch.tensor([[2.0, 2.0], [5.0, -50.0], [1.0, 1.0]])
+    dones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # step 1 of env 1 follows a done: masked
+    y, pred = np.array([2.0, 2.0, 5.0, 1.0, 1.0]), np.array([1.0, 2.0, 3.0, 2.0, 0.0])
+    by_hand = 1 - np.var(y - pred) / np.var(y)
+    assert m.explained_variance(values, returns, m.valid_mask(dones, False)) == pytest.approx(by_hand)
+    everything = 1 - np.var((returns - values).numpy()) / np.var(returns.numpy())
+    assert m.explained_variance(values, returns, m.valid_mask(dones, True)) == pytest.approx(everything)
+
+
+def test_update_logs_cleanrls_loss_statistics():
+    """losses/*: the last minibatch's losses and KLs, the clip fraction averaged over every minibatch (CleanRL)."""
+    torch.manual_seed(0)
+    agent, args = m.Agent(5, 2), m.Args(update_epochs=2, learning_rate=1e-2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
+    n = 32
+    batch = (torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n),
+             torch.randn(n), torch.ones(n))
+    seen = []
+    def recording_loss(*a):
+        loss, stats = m.ppo_loss(*a)
+        seen.append(stats.clone())
+        return loss, stats
+    stats, _, steps = m.update(agent, optimizer, batch, args, 8, lambda: torch.autocast("cpu", enabled=False), 1,
+                               loss_fn=recording_loss)
+    seen = torch.stack(seen)
+    assert steps == len(seen) == 8
+    assert torch.equal(stats[:5], seen[-1, :5])
+    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
 
 
 def test_compiled_loss_gives_the_eager_gradient():
@@ -234,6 +368,37 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
         # not bit-equal in fp32: the same rows at another memory alignment can give other last bits (seen here)
         assert torch.allclose(value.float(), storage.values[t], rtol=1e-5, atol=1e-6)
     assert storage.obs[1:].std() > 0  # the observations moved: the check ran on a real trajectory
+
+
+def test_bf16_rollout_runs_the_heads_in_fp32():
+    """--bf16: the trunks in bf16, the output layers in fp32. The stored values and log-probs are an fp32
+    evaluation of the last layers on the bf16 trunk's features (bf16 heads round them to 8 bits)."""
+    torch.manual_seed(0)
+    envs = m.make_envs("HalfCheetah-v4", 2, 0, "gymnasium")
+    obs_space, act_space = m.spaces(envs)
+    agent = m.Agent(obs_space.shape[0], act_space.shape[0])
+    args = m.Args(num_steps=8)
+    storage = m.make_storage(8, 2, obs_space.shape, act_space.shape, "cpu")
+    normalizer = m.Normalizer(obs_space.shape, 2, args)
+    obs, _ = envs.reset(seed=0)
+    zeros = torch.zeros(2)
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
+    m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast)
+    for t in range(8):
+        with torch.no_grad():
+            outputs = []
+            for net in (agent.actor_mean, agent.critic):
+                with autocast():
+                    features = net[3](net[2](net[1](net[0](storage.obs[t]))))
+                assert features.dtype == torch.bfloat16  # the trunk did run in bf16
+                outputs.append(net[4](features.float()))
+        mean, value = outputs[0], outputs[1].squeeze(-1)
+        dist = torch.distributions.Normal(mean, agent.actor_logstd.exp())
+        assert torch.allclose(dist.log_prob(storage.actions[t]).sum(-1), storage.logprobs[t], rtol=0, atol=1e-5)
+        assert torch.allclose(value, storage.values[t], rtol=1e-6, atol=1e-7)
+        assert value.abs().min() > 1e-2  # values large enough for bf16 rounding (2^-9 relative) to show
 
 
 def test_gaussian_kl_and_logprob_against_monte_carlo():
