@@ -331,6 +331,14 @@ def lr_at(step: int, args) -> float:
     return args.switch_learning_rate if args.switch_step and step >= args.switch_step else args.learning_rate
 
 
+def divergence_advice(step: int, lr: float, args) -> str:
+    """The flag to change after x overflowed at `step`: the one that set the step size in force then (issue 16.4:
+    after --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
+    if lr < 1:
+        return "lower --noise-std or --x0"
+    return "lower --switch-learning-rate" if args.switch_step and step - 1 >= args.switch_step else "lower --learning-rate"
+
+
 def noise_chunks(seeds: list, dim: int, total_steps: int):
     """Standard normal noise [steps, seeds, dim] in chunks of ~16 MB. Each seed draws from its own generator, so a
     seed's trajectory is the same whatever other seeds share its batch."""
@@ -407,7 +415,7 @@ def main():
             if not np.isfinite(np.linalg.norm(x, axis=1)).all():  # ||x|| overflows long before x does
                 status = "diverged"
                 print(f"error: x is no longer finite at step {step} (step size {lr:g}; only step sizes below 1 have a "
-                      "plateau); lower --learning-rate", file=sys.stderr)
+                      f"plateau); {divergence_advice(step, lr, args)}", file=sys.stderr)
                 break
             last_finite = x
             log(step, x, grad, lr)

@@ -192,3 +192,18 @@ def test_progress_bar_shows_the_distance_not_a_return(tmp_path, capsys):
     logger.close({"status": "finished"})
     shown = capsys.readouterr().err
     assert "neg_distance -7.07" in shown and "nan" not in shown
+
+
+def test_divergence_after_the_switch_names_the_switch_step_size(tmp_path, monkeypatch, capsys):
+    """Issue 16.4: a step size >= 1 set by --switch-learning-rate was reported as 'lower --learning-rate'."""
+    monkeypatch.setattr(sys, "argv", ["noisy_sgd.py", "--runs-dir", str(tmp_path / "runs"), "--learning-rate", "0.1",
+                                      "--switch-step", "10", "--switch-learning-rate", "1.5", "--total-steps", "3000",
+                                      "--num-seeds", "1", "--log-every", "100", "--progress", "none"])
+    with pytest.raises(SystemExit) as exit_info:
+        ns.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 3 and "step size 1.5" in err and err.strip().endswith("lower --switch-learning-rate")
+    args = ns.Args(switch_step=10, switch_learning_rate=1.5)
+    assert ns.divergence_advice(10, 1.5, args) == "lower --learning-rate"  # update 10 still used --learning-rate
+    assert ns.divergence_advice(11, 1.5, args) == "lower --switch-learning-rate"
+    assert ns.divergence_advice(11, 0.5, args) == "lower --noise-std or --x0"
