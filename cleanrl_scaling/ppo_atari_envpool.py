@@ -223,6 +223,17 @@ def resolve_scaling(args) -> dict:
           f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
     return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
             "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def describe_scaling(scaling: dict, args) -> str:
+    """The printed 'resolved:' values: the base configuration only where a recipe or --lr-scaling uses it."""
+    if args.scaling_recipe != "none":
+        hidden = set()
+    elif args.lr_scaling != "none":  # M25 Fig. 11 scales by the minibatch ratio to the base; s plays no part
+        hidden = {"scale"}
+    else:
+        hidden = {"scale", "base_num_envs", "base_minibatch_size"}
+    return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
 # <<< shared:scaling
 
 
@@ -954,7 +965,7 @@ def main():
     local_envs = args.num_envs // world_size
     local_mb = scaling["minibatch_size"] // world_size
     if rank == 0:
-        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
+        print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
 
     # Seeding (the agent's initial weights are the same on every rank; sampling differs per rank)
     random.seed(args.seed + rank)

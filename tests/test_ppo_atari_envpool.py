@@ -317,6 +317,16 @@ def test_batch_messages_speak_of_the_users_batch():
         resolve(num_envs=16, num_steps=15, num_minibatches=7, scaling_recipe="more-minibatches")
 
 
+def test_resolved_line_shows_the_base_only_where_it_is_used():
+    """Issue 16.4: every run printed base_num_envs=8, base_minibatch_size=256 and scale, recipe or not."""
+    plain = m.describe_scaling(resolve(num_envs=16), m.Args(num_envs=16))
+    assert plain == "resolved: batch_size=2048, minibatch_size=512, num_minibatches=4, learning_rate=0.00025"
+    kw = dict(num_envs=16, lr_scaling="sqrt")
+    assert m.describe_scaling(resolve(**kw), m.Args(**kw)).endswith("base_num_envs=8, base_minibatch_size=256")
+    kw = dict(num_envs=16, scaling_recipe="more-minibatches")
+    assert "scale=2, base_num_envs=8, base_minibatch_size=256" in m.describe_scaling(resolve(**kw), m.Args(**kw))
+
+
 def test_total_timesteps_message_names_the_batch_it_compares_with():
     with pytest.raises(m.UsageError, match=r"--total-timesteps 1000 is less than one batch of 8x128=1024 steps"):
         resolve(total_timesteps=1000)
