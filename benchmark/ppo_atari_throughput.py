@@ -180,6 +180,29 @@ def run_cleanrl(checkout, iterations):
         return marginal_sps(points)
 
 
+def refuse(message):
+    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_options(opts) -> list:
+    """Every value is checked before anything is timed; returns the --sweep sizes."""
+    if opts.repeats < 1:
+        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    if opts.iterations < 2:  # the first iteration (compilation) is excluded, so one leaves nothing to time
+        refuse(f"--iterations must be >= 2 (got {opts.iterations}); the first one is excluded from SPS")
+    if opts.cleanrl and not os.path.isfile(os.path.join(opts.cleanrl, "cleanrl", "ppo_atari_envpool.py")):
+        refuse(f"--cleanrl {opts.cleanrl}: no cleanrl/ppo_atari_envpool.py there; pass the root of a CleanRL checkout")
+    try:
+        sweep = [int(v) for v in opts.sweep.split(",") if v.strip()]
+    except ValueError:
+        refuse(f"--sweep {opts.sweep!r}: pass comma-separated integers, e.g. 8,32,64")
+    if any(n < 1 for n in sweep):
+        refuse(f"--sweep {opts.sweep!r}: every num_envs must be >= 1")
+    return sweep
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
@@ -189,6 +212,7 @@ def main():
                         help="timed runs of each program, alternated (ours, ours --bf16, CleanRL, ours, ...); medians")
     parser.add_argument("--sweep", default="8,32,64,128,256", help="num_envs values for the SPS sweep")
     opts = parser.parse_args()
+    sweep = check_options(opts)
     torch.manual_seed(0)
 
     bound_kinds = {"ours": {}, "ours_bf16": {"bf16": True}, "ours_eager": {"ours": False},
@@ -228,7 +252,7 @@ def main():
         print(f"{name:<28}{median[name]:>8.0f}{b:>8.0f}{median[name] / b:>9.0%}{lb:>12.0f}{median[name] / lb:>8.0%}{ratio:>11}")
 
     print("\nSPS against --num-envs (--num-steps 32, 4 minibatches x 4 epochs, fp32, 4 iterations):")
-    for n in [int(v) for v in opts.sweep.split(",") if v]:
+    for n in sweep:
         sps, peak = run_ours([], 4, num_envs=n, num_steps=32)
         print(f"  num_envs {n:>4}: {sps:>7.0f} SPS, peak RSS {peak:.0f} MiB")
     sps, peak = run_ours(["--diagnostics-every", "1"], 3, num_envs=256, num_steps=64)

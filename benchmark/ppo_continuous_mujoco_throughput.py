@@ -13,6 +13,7 @@ Numbers mean something only on a quiet machine: the .sh wrapper holds /tmp/clean
 """
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -117,6 +118,56 @@ def component_bound(env_id, cfg, update_epochs=10, max_update_steps=200) -> dict
             "env_sps": n * t / env_time}
 
 
+def refuse(message):
+    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def sweep_config(n):
+    return dict(num_envs=n, num_steps=100, minibatch_size=1000, backend="envpool")
+
+
+def check_options(opts) -> list:
+    """Every configuration is validated by the script's own validation before anything is timed; returns the
+    --num-envs sweep."""
+    if not (math.isfinite(opts.timeout) and opts.timeout > 0):
+        refuse(f"--timeout must be a number of seconds > 0 (got {opts.timeout})")
+    if opts.cleanrl and not os.path.isfile(os.path.join(opts.cleanrl, "cleanrl", "ppo_continuous_action.py")):
+        refuse(f"--cleanrl {opts.cleanrl}: no cleanrl/ppo_continuous_action.py there; pass the root of a CleanRL checkout")
+    if opts.cleanrl and not os.access(opts.cleanrl_python, os.X_OK):
+        refuse(f"--cleanrl-python {opts.cleanrl_python} is not an executable; see docs/ppo_continuous_mujoco.md for the venv")
+    missing = [b for b in ("gymnasium", "envpool") if opts.env_id not in ppo.env_ids(b)]
+    if missing:  # the rows use both backends
+        backends = " and ".join(missing) + " backend" + "s" * (len(missing) > 1)
+        refuse(f"--env-id {opts.env_id!r} is not a MuJoCo id of the {backends} (e.g. HalfCheetah-v4)")
+    try:
+        sweep = [int(v) for v in opts.num_envs.split(",") if v.strip()]
+    except ValueError:
+        refuse(f"--num-envs {opts.num_envs!r}: pass comma-separated integers, e.g. 10,100,1000")
+    configs = [(name, cfg) for name, cfg in CONFIGS.items()] + [(f"--num-envs {n}", sweep_config(n)) for n in sweep]
+    for name, cfg in configs:
+        args = ppo.Args(env_id=opts.env_id, num_envs=cfg["num_envs"], num_steps=cfg["num_steps"],
+                        minibatch_size=cfg["minibatch_size"], env_backend=cfg["backend"],
+                        total_timesteps=max(1, cfg["num_envs"]) * cfg["num_steps"])  # so the message names --num-envs
+        try:
+            ppo.validate(args)
+        except ppo.UsageError as err:
+            refuse(f"{name} is not a valid ppo_continuous_mujoco.py configuration ({err})")
+    return sweep
+
+
+def cell(value, spec=".0f") -> str:
+    """A table cell: '-' for a run not asked for (None), 'timeout' for one over --timeout (nan), never 'nan'."""
+    if value is None:
+        return "-"
+    return format(value, spec) if math.isfinite(value) else "timeout"
+
+
+def ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) else "-"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-id", default="HalfCheetah-v4")
@@ -126,8 +177,9 @@ def main():
     parser.add_argument("--num-envs", default="10,50,100,250,500,1000", help="the SPS-vs-num_envs sweep (envpool, 100 steps, "
                         "1000-sample minibatches); empty to skip")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds per timed run (a run over it shows nan)")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds per timed run (a run over it shows 'timeout')")
     opts = parser.parse_args()
+    sweep = check_options(opts)
     iters_small, iters_large = (4, 3) if opts.quick else (8, 4)
 
     print(f"# {opts.env_id}, marginal SPS (first iteration excluded), torch {torch.__version__}, "
@@ -137,32 +189,31 @@ def main():
         iterations = iters_small if cfg["num_envs"] == 1 else iters_large
         bound = component_bound(opts.env_id, cfg)
         ours = run_ours(opts.env_id, cfg, iterations, opts.timeout)
-        theirs, theirs_1t = float("nan"), float("nan")
+        theirs, theirs_1t = None, None
         if opts.cleanrl:  # as it runs out of the box, and with one OpenMP thread like ours
             theirs = run_cleanrl(opts.cleanrl, opts.cleanrl_python, opts.env_id, cfg, iterations, opts.timeout)
             theirs_1t = run_cleanrl(opts.cleanrl, opts.cleanrl_python, opts.env_id, cfg, iterations, opts.timeout, threads=1)
         rows.append((name, cfg, ours, theirs, theirs_1t, bound))
-        print(f"measured {name}: ours {ours:.0f}, CleanRL {theirs:.0f} (1 thread: {theirs_1t:.0f}), "
+        print(f"measured {name}: ours {cell(ours)}, CleanRL {cell(theirs)} (1 thread: {cell(theirs_1t)}), "
               f"bound {bound['sps']:.0f}", flush=True)
 
     print("\n| configuration | backend | ours SPS | CleanRL SPS | ours / CleanRL | CleanRL 1 thread | ours / it |"
           " bound SPS | ours / bound | bound: env / forward / update s per iteration |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, cfg, ours, theirs, theirs_1t, bound in rows:
-        print(f"| {name} | {cfg['backend']} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} | {theirs_1t:.0f} | "
-              f"{ours / theirs_1t:.2f} | {bound['sps']:.0f} | {ours / bound['sps']:.2f} | "
+        print(f"| {name} | {cfg['backend']} | {cell(ours)} | {cell(theirs)} | {ratio(ours, theirs)} | {cell(theirs_1t)} | "
+              f"{ratio(ours, theirs_1t)} | {bound['sps']:.0f} | {ratio(ours, bound['sps'])} | "
               f"{bound['env']:.2f} / {bound['forward']:.2f} / {bound['update']:.2f} |")
 
-    sweep = [int(v) for v in opts.num_envs.split(",") if v]
     if sweep:
         print("\n| num_envs | batch | ours SPS | bound SPS | env alone steps/s |")
         print("|---|---|---|---|---|")
         for n in sweep:
-            cfg = dict(num_envs=n, num_steps=100, minibatch_size=1000, backend="envpool")
+            cfg = sweep_config(n)
             iterations = max(3, (40_000 if opts.quick else 100_000) // (n * 100))
             bound = component_bound(opts.env_id, cfg)
             ours = run_ours(opts.env_id, cfg, iterations, opts.timeout)
-            print(f"| {n} | {n * 100} | {ours:.0f} | {bound['sps']:.0f} | {bound['env_sps']:.0f} |", flush=True)
+            print(f"| {n} | {n * 100} | {cell(ours)} | {bound['sps']:.0f} | {bound['env_sps']:.0f} |", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -7,6 +7,7 @@ and the process's peak RSS. Prints one table row per num_envs.
 """
 import argparse
 import functools
+import math
 import resource
 import sys
 import time
@@ -40,23 +41,66 @@ def random_rollout_sps(setup, tasks, num_steps, repeats):
 
 def configure(num_envs, num_steps, num_tasks):
     args = m.Args(num_envs=num_envs, num_steps=num_steps, num_tasks=num_tasks, diagnostics_every=0,
-                  updates_per_chunk=1, total_timesteps=num_envs * num_steps)
+                  updates_per_chunk=1, total_timesteps=max(1, num_envs * num_steps))
     scaling = m.validate(args)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
     args.learning_rate, args.num_iterations = scaling["learning_rate"], 1
     return args
 
 
+def refuse(message):
+    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_options(opts):
+    """Every configuration the run will measure is validated first, by the script's own validation."""
+    if opts.repeats < 1:
+        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    if not (math.isfinite(opts.memory_gib) and opts.memory_gib > 0):
+        refuse(f"--memory-gib must be a finite number > 0 (got {opts.memory_gib})")
+    for flag, sizes, steps_flag, steps in (("--num-envs", opts.num_envs, "--num-steps", opts.num_steps),
+                                           ("--mem-envs", opts.mem_envs, "--mem-steps", opts.mem_steps)):
+        for n in sizes:
+            try:
+                configure(n, steps, opts.num_tasks)
+            except m.UsageError as err:
+                refuse(f"{flag} {n} with {steps_flag} {steps} is not a valid ppo_ewma_jax2d.py configuration ({err})")
+
+
+def largest_that_fits(measured, memory_gib, measure, step=256):
+    """Memory is affine in num_envs: extrapolate from the two largest measured sizes to the largest multiple of
+    `step` under memory_gib, then confirm by measuring it. Returns (num_envs, GiB, GiB per env), or a sentence
+    saying why there is no estimate (one measured size has no slope)."""
+    if len(measured) < 2:
+        return "one --mem-envs value gives no slope: pass two or more to extrapolate the largest num_envs that fits"
+    (n0, g0), (n1, g1) = sorted(measured.items())[-2:]
+    per_env = (g1 - g0) / (n1 - n0)
+    if per_env <= 0:
+        return f"memory did not grow from {n0} to {n1} envs ({g0:.2f} -> {g1:.2f} GiB): no extrapolation"
+    largest = int((memory_gib - (g1 - per_env * n1)) / per_env) // step * step
+    gib = measure(largest) if largest >= step else math.inf
+    while gib >= memory_gib and largest > step:
+        largest -= step
+        gib = measure(largest)
+    if gib >= memory_gib:
+        return f"no multiple of {step} envs fits in {memory_gib:g} GiB"
+    return largest, gib, per_env
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--num-steps", type=int, default=32, help="rollout length of the timed runs")
-    parser.add_argument("--mem-envs", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--mem-envs", type=int, nargs="+", default=[2048, 8192],
+                        help="sizes whose compiled memory is measured; two or more also extrapolate the largest that fits")
     parser.add_argument("--memory-gib", type=float, default=24.0)
     parser.add_argument("--mem-steps", type=int, default=256)
     parser.add_argument("--num-tasks", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=2)
     opts = parser.parse_args()
+    check_options(opts)
     print("| num_envs | steps | random SPS | train SPS | ratio |")
     print("|---:|---:|---:|---:|---:|")
     for n in opts.num_envs:
@@ -75,19 +119,17 @@ def main():
         train = opts.repeats * n * opts.num_steps / (time.time() - t)
         print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} |", flush=True)
     print(f"\npeak RSS of the timed runs: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
-    print("\n| num_envs | steps | XLA temp + args + outputs (GiB) | fits in 24 GiB |")
+    print(f"\n| num_envs | steps | XLA temp + args + outputs (GiB) | fits in {opts.memory_gib:g} GiB |")
     print("|---:|---:|---:|---|")
-    measured = {n: compiled_memory_gib(n, opts.mem_steps, opts.num_tasks) for n in opts.mem_envs}
+    measured = {n: compiled_memory_gib(n, opts.mem_steps, opts.num_tasks) for n in sorted(set(opts.mem_envs))}
     for n, gib in measured.items():
         print(f"| {n} | {opts.mem_steps} | {gib:.2f} | {'yes' if gib < opts.memory_gib else 'no'} |", flush=True)
-    # memory is affine in num_envs: extrapolate from the two largest sizes, then check the estimate by compiling it
-    (n0, g0), (n1, g1) = sorted(measured.items())[-2:]
-    per_env = (g1 - g0) / (n1 - n0)
-    largest = int((opts.memory_gib - (g1 - per_env * n1)) / per_env) // 256 * 256
-    gib = compiled_memory_gib(largest, opts.mem_steps, opts.num_tasks)
-    while gib >= opts.memory_gib:
-        largest -= 256
-        gib = compiled_memory_gib(largest, opts.mem_steps, opts.num_tasks)
+    found = largest_that_fits(measured, opts.memory_gib,
+                              lambda n: compiled_memory_gib(n, opts.mem_steps, opts.num_tasks))
+    if isinstance(found, str):
+        print(f"\n{found}")
+        return
+    largest, gib, per_env = found
     print(f"| {largest} | {opts.mem_steps} | {gib:.2f} | yes (largest multiple of 256, {per_env * 2**10:.2f} MiB/env) |")
 
 
@@ -102,6 +144,7 @@ def compiled_memory_gib(num_envs, num_steps, num_tasks):
                                                  tasks.obs.shape[-1], len(setup.probe_index)))
     mem = chunk.lower(hyper, tasks, runner, probe, 1, -1).compile().memory_analysis()
     return (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**30
+
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,14 @@ def exit_usage(err: Exception) -> None:
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)
+
+
+def check_finite_floats(args) -> None:
+    """inf or nan in any float flag (--ent-coef inf) would train, then stop on a NaN loss: refuse it up front."""
+    for field in dataclasses.fields(args):
+        value = getattr(args, field.name)
+        if isinstance(value, float):
+            check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
 # <<< shared:errors
 
 
@@ -89,6 +97,19 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
+    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -104,7 +125,8 @@ def claim_run_dir(path: str) -> str:
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+                 headline: str = "charts/episodic_return"):
         self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
@@ -120,7 +142,7 @@ class RunLogger:
                                     name=os.path.basename(run_dir), dir=run_dir, resume="allow")
         self.t0 = time.time()
         self.total_steps = total_steps
-        self.last_return = float("nan")
+        self.headline, self.last_headline = headline, None  # the tag the progress display shows, and its last value
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
@@ -146,22 +168,29 @@ class RunLogger:
             self.tb.add_scalar(tag, float(value), int(step))
         if self.wandb is not None:
             self.wandb.log({**scalars, "global_step": step})
-        if "charts/episodic_return" in scalars:
-            self.last_return = float(scalars["charts/episodic_return"])
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
 
     def log_profile(self, row: dict) -> None:
         if self.kl_profile is None:
             self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
         self.kl_profile.write(json.dumps(row) + "\n")
 
+    def headline_text(self) -> str:
+        """The headline's last value; before the first one, that none has come yet (a NaN says nothing)."""
+        name = "return" if self.headline == "charts/episodic_return" else self.headline.split("/")[-1]
+        if self.last_headline is None:
+            return "no episode finished yet" if name == "return" else f"no {name} yet"
+        return f"{name} {self.last_headline:.2f}"
+
     def progress(self, step: int, sps: float) -> None:
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
-            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
             self.bar.refresh()
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
-            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
 
     def flush(self) -> None:
         self.metrics.flush()
@@ -272,13 +301,13 @@ def expected_sq_distance(lrs: np.ndarray, noise_std: float, dim: int, x0: float)
 # ---------------------------------------------------------------------------------------------------------
 def validate(args) -> dict:
     """Every user mistake is caught here, before anything is simulated or written (SPEC §6)."""
+    check_finite_floats(args)
     check(args.dim >= 1, f"--dim must be >= 1 (got {args.dim})")
     check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
     check(args.noise_std is None or args.noise_std >= 0, f"--noise-std must be >= 0 (got {args.noise_std})")
     check(args.total_steps >= 1, f"--total-steps must be >= 1 (got {args.total_steps})")
     check(args.num_seeds >= 1, f"--num-seeds must be >= 1 (got {args.num_seeds})")
     check(args.seed >= 0, f"--seed must be >= 0 (got {args.seed}); numpy seeds are non-negative")
-    check(math.isfinite(args.x0), f"--x0 must be a finite number (got {args.x0})")
     check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
     check(args.log_seeds >= -1, f"--log-seeds must be -1 (all) or >= 0 (got {args.log_seeds})")
     check(0 <= args.switch_step < args.total_steps,
@@ -300,6 +329,14 @@ def validate(args) -> dict:
 def lr_at(step: int, args) -> float:
     """Step size of update step+1 (steps count from 0); --switch-step changes it mid-run (B26 Fig. 3b)."""
     return args.switch_learning_rate if args.switch_step and step >= args.switch_step else args.learning_rate
+
+
+def divergence_advice(step: int, lr: float, args) -> str:
+    """The flag to change after x overflowed at `step`: the one that set the step size in force then (issue 16.4:
+    after --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
+    if lr < 1:
+        return "lower --noise-std or --x0"
+    return "lower --switch-learning-rate" if args.switch_step and step - 1 >= args.switch_step else "lower --learning-rate"
 
 
 def noise_chunks(seeds: list, dim: int, total_steps: int):
@@ -325,6 +362,14 @@ def descend(x: np.ndarray, seeds: list, noise_std: float, args):
                 yield step, x, grad, lr
 
 
+def mean_with_ci(values: np.ndarray) -> str:
+    """Mean over seeds with its 95% confidence interval; one seed has none, which is said, not printed as nan."""
+    if len(values) < 2:
+        return f"{values.mean():.5g} (one seed: no confidence interval; --num-seeds 2 or more gives one)"
+    ci = 1.96 * values.std(ddof=1) / math.sqrt(len(values))
+    return f"{values.mean():.5g} +- {ci:.2g} (95% CI over {len(values)} seeds)"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Main: args -> validation -> run directories -> loop (gradient step, diagnostics, logging) -> summary
 # ---------------------------------------------------------------------------------------------------------
@@ -332,6 +377,8 @@ def main():
     args = tyro.cli(Args)
     try:
         resolved = validate(args)
+        if args.log_seeds != 0:  # --log-seeds 0 writes nothing
+            check_writable_dir(args.runs_dir, "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     env_id, noise_std, target = resolved["env_id"], resolved["noise_std"], resolved["plateau"]
@@ -348,7 +395,7 @@ def main():
         run_dir = os.path.join(args.runs_dir, f"{env_id}__{args.exp_name}__{seed}__{int(time.time())}")
         config = {"args": dataclasses.asdict(seed_args), "resolved": resolved, "env_id": env_id, "argv": sys.argv[1:],
                   "versions": versions, "git_commit": commit, "script": SCRIPT}
-        loggers.append(RunLogger(run_dir, config, seed_args, args.total_steps))
+        loggers.append(RunLogger(run_dir, config, seed_args, args.total_steps, headline="charts/neg_distance"))
     stop = StopFlag()
 
     def log(step: int, x: np.ndarray, grad: Optional[np.ndarray], lr: float) -> None:
@@ -368,7 +415,7 @@ def main():
             if not np.isfinite(np.linalg.norm(x, axis=1)).all():  # ||x|| overflows long before x does
                 status = "diverged"
                 print(f"error: x is no longer finite at step {step} (step size {lr:g}; only step sizes below 1 have a "
-                      "plateau); lower --learning-rate", file=sys.stderr)
+                      f"plateau); {divergence_advice(step, lr, args)}", file=sys.stderr)
                 break
             last_finite = x
             log(step, x, grad, lr)
@@ -390,12 +437,11 @@ def main():
         logger.close(summary)
     print(f"{len(seeds)} seeds x {step} steps in {elapsed:.2f}s; {len(loggers)} run directories in {args.runs_dir}")
     if status == "finished" and math.isfinite(target["distance"]):
-        ci = 1.96 * distance.std(ddof=1) / math.sqrt(len(seeds)) if len(seeds) > 1 else math.nan
         schedule = np.array([lr_at(t, args) for t in range(step)])
         transient = expected_sq_distance(schedule, noise_std, args.dim, args.x0)[-1] - target["sq_distance"]
         print(f"plateau (step size {resolved['final_learning_rate']:g}): closed form E||x - x*|| = "
               f"{target['distance']:.5g}, E||x - x*||^2 = {target['sq_distance']:.5g}; simulated ||x_T - x*|| = "
-              f"{distance.mean():.5g} +- {ci:.2g} (95% CI over {len(seeds)} seeds)")
+              f"{mean_with_ci(distance)}")
         if abs(transient) > 0.01 * target["sq_distance"]:
             print(f"note: {step} steps are too few to reach the plateau from x0 (E||x_T||^2 is still "
                   f"{transient:+.3g} from it); raise --total-steps")

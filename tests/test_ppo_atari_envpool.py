@@ -1,8 +1,10 @@
 """ppo_atari_envpool.py: the math against hand-computed values, then end-to-end runs of the script."""
+import dataclasses
 import json
 import math
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -403,6 +405,82 @@ def test_batch_messages_speak_of_the_users_batch():
         resolve(num_envs=16, num_steps=15, num_minibatches=7, scaling_recipe="more-minibatches")
 
 
+def test_resolved_line_shows_the_base_only_where_it_is_used():
+    """Issue 16.4: every run printed base_num_envs=8, base_minibatch_size=256 and scale, recipe or not."""
+    plain = m.describe_scaling(resolve(num_envs=16), m.Args(num_envs=16))
+    assert plain == "resolved: batch_size=2048, minibatch_size=512, num_minibatches=4, learning_rate=0.00025"
+    kw = dict(num_envs=16, lr_scaling="sqrt")
+    assert m.describe_scaling(resolve(**kw), m.Args(**kw)).endswith("base_num_envs=8, base_minibatch_size=256")
+    kw = dict(num_envs=16, scaling_recipe="more-minibatches")
+    assert "scale=2, base_num_envs=8, base_minibatch_size=256" in m.describe_scaling(resolve(**kw), m.Args(**kw))
+
+
+def test_total_timesteps_message_names_the_batch_it_compares_with():
+    with pytest.raises(m.UsageError, match=r"--total-timesteps 1000 is less than one batch of 8x128=1024 steps"):
+        resolve(total_timesteps=1000)
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(gae_lambda=2.0), "--gae-lambda"), (dict(gamma=-0.1), "--gamma"), (dict(clip_coef=0.0), "--clip-coef"),
+    (dict(vf_coef=-1.0), "--vf-coef"), (dict(max_grad_norm=-0.5), "--max-grad-norm"), (dict(target_kl=0.0), "--target-kl"),
+    (dict(update_epochs=0), "--update-epochs"),
+])
+def test_each_ppo_flag_message_names_only_that_flag(kw, flag):
+    """Issue 16.4: '--gae-lambda 2' used to be told that '--gamma and --gae-lambda must lie in [0, 1]'."""
+    m.check_ppo_flags(m.Args())  # the defaults pass
+    with pytest.raises(m.UsageError) as err:
+        m.check_ppo_flags(m.Args(**kw))
+    assert re.findall(r"--[a-z][a-z-]*", str(err.value)) == [flag]
+
+
+FLOAT_FLAGS = [f.name for f in dataclasses.fields(m.Args) if isinstance(getattr(m.Args(), f.name), float)]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_non_finite_float_flags_are_refused(value):
+    """Issue 10: --ent-coef inf trained and then stopped on NaN (exit 3); every float flag is now refused."""
+    assert {"learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm"} <= set(FLOAT_FLAGS)
+    m.check_finite_floats(m.Args())
+    for name in FLOAT_FLAGS + ["target_kl"]:  # target_kl: Optional[float], None by default
+        with pytest.raises(m.UsageError, match=f"--{name.replace('_', '-')} must be a finite number"):
+            m.check_finite_floats(m.Args(**{name: value}))
+
+
+def test_unwritable_runs_dir_is_refused(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for path in ["/proc/cleanrl_scaling_runs", str(tmp_path / "a_file" / "runs")]:
+        with pytest.raises(m.UsageError, match="^--runs-dir: cannot write to"):
+            m.check_writable_dir(path, "--runs-dir")
+    m.check_writable_dir(str(tmp_path / "new" / "runs"), "--runs-dir")
+    assert os.listdir(tmp_path / "new" / "runs") == []  # the probe file is gone
+
+
+def test_checkpoint_messages_name_the_flag_that_gave_the_path(tmp_path):
+    with pytest.raises(m.UsageError, match="^--init-from: no checkpoint at"):
+        m.load_checkpoint(str(tmp_path / "missing.ckpt"), m.SCRIPT, {}, "--init-from")
+    (tmp_path / "x.ckpt").write_bytes(pickle.dumps({"script": m.SCRIPT, "signature": {"num_envs": 4}}))
+    with pytest.raises(m.UsageError, match="^--init-from: the checkpoint has num_envs=4"):
+        m.load_checkpoint(str(tmp_path / "x.ckpt"), m.SCRIPT, {"num_envs": 8}, "--init-from")
+
+
+def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
+    """Issue 16.2: the first progress line came before any episode ended and printed 'return nan'."""
+    logger = m.RunLogger(str(tmp_path / "lines"), {}, m.Args(progress="lines"), total_steps=100)
+    logger.progress(16, 1000.0)
+    first = capsys.readouterr().out
+    assert "no episode finished yet" in first and "nan" not in first
+    logger.log(32, 2, {"charts/episodic_return": 12.5, "charts/episodic_length": 40})
+    logger.last_line = 0.0  # plain lines come every 10 s: do not wait for the next
+    logger.progress(32, 1000.0)
+    assert "return 12.50" in capsys.readouterr().out
+    logger.close({"status": "finished"})
+    bar = m.RunLogger(str(tmp_path / "bar"), {}, m.Args(progress="bar"), total_steps=100)
+    bar.progress(16, 1000.0)
+    bar.close({"status": "finished"})
+    shown = capsys.readouterr().err
+    assert "no episode finished yet" in shown and "nan" not in shown
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 BAD_INPUTS = [
     (["--env-id", "NotAGame-v5"], "--env-id"),
@@ -414,6 +492,8 @@ BAD_INPUTS = [
     (["--total-timesteps", "10"], "--total-timesteps"),
     (["--diagnostics-every", "-1"], "--diagnostics-every"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
+    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: trained, then stopped on NaN with exit 3
+    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir"),  # issue 10: a traceback after the envs were built
 ]
 
 

@@ -498,12 +498,23 @@ def test_diagnostics_do_not_change_training(tmp_path):
     (["--norm-clip", "0"], "--norm-clip"),
     (["--capture-video"], "--capture-video"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
+    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: non-finite coefficients are refused up front
+    (["--max-grad-norm", "nan"], "--max-grad-norm"),
+    (["--gae-lambda", "1.5"], "--gae-lambda must"),
 ])
 def test_bad_input_exits_2_naming_the_flag(argv, flag, capsys, tmp_path):
     assert run_main([*argv, "--runs-dir", tmp_path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and flag in err[0], err
     assert not os.listdir(tmp_path)  # nothing was built
+
+
+def test_unwritable_runs_dir_exits_2_before_envs_are_built(capsys, monkeypatch):
+    """Issue 10: an impossible --runs-dir ended in a traceback after the envs and the agent were built."""
+    monkeypatch.setattr(m, "make_envs", lambda *a, **k: pytest.fail("envs built before --runs-dir was checked"))
+    assert run_main([*TINY, "--runs-dir", "/proc/cleanrl_scaling/runs"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --runs-dir: cannot write to /proc/cleanrl_scaling/runs"), err
 
 
 def test_foreign_or_mismatched_checkpoint_exits_2(tmp_path, capsys):

@@ -326,11 +326,18 @@ def test_four_devices_give_the_one_device_result(runs, tmp_path):
     (["--env-id", "Jax2D-Walker"], "--env-id"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
     (["--imp-samp-max", "0.5"], "--imp-samp-max"),
+    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: refused up front, not trained into a NaN stop
+    (["--ewma-com", "nan"], "--ewma-com"),
+    (["--hidden-size", "0"], "--hidden-size must"),  # names only the flag at fault (issue 16.4)
+    # issue 10: the error is reported under the flag the user gave
+    (["--init-from", "/nonexistent/latest.ckpt"], "--init-from: no checkpoint"),
+    (tiny(1) + ["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0] and "Traceback" not in err[0]
+    assert "--resume" not in err[0] or "--resume" in argv
 
 
 def test_bad_input_exit_2_in_a_fresh_process():

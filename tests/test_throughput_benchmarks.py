@@ -1,0 +1,114 @@
+"""The throughput benchmarks' option checks and table arithmetic (issue 16): a bad option is one line and exit 2
+before the minutes of measuring, one value of a list option works, and no table shows a NaN. Nothing is timed."""
+import argparse
+import importlib.util
+import math
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmark", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def refused(check, opts, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        check(opts)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ppo_ewma_jax2d_throughput.py
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def jax2d():
+    return load("ppo_ewma_jax2d_throughput")
+
+
+def jax2d_opts(**kw):
+    opts = dict(num_envs=[128, 512], num_steps=32, mem_envs=[2048, 8192], memory_gib=24.0, mem_steps=256,
+                num_tasks=512, repeats=2)
+    return argparse.Namespace(**{**opts, **kw})
+
+
+def test_one_mem_envs_value_gives_a_sentence_not_a_traceback(jax2d):
+    """Issue 16.1: --mem-envs 2048 ended in 'ValueError: not enough values to unpack' at the extrapolation."""
+    def never(n):
+        raise AssertionError("nothing to measure without a slope")
+    said = jax2d.largest_that_fits({2048: 3.0}, 24.0, never)
+    assert isinstance(said, str) and "--mem-envs" in said
+    said = jax2d.largest_that_fits({2048: 3.0, 4096: 3.0}, 24.0, never)  # no growth: no slope to follow
+    assert isinstance(said, str) and "did not grow" in said
+    jax2d.check_options(jax2d_opts(mem_envs=[2048]))  # accepted up front
+
+
+def test_extrapolation_finds_the_largest_multiple_of_256_that_fits(jax2d):
+    def line(n):  # 1 GiB + 2 MiB per env: the measured sizes lie on it
+        return 1.0 + n / 512
+    largest, gib, per_env = jax2d.largest_that_fits({1024: line(1024), 2048: line(2048)}, 24.0, line)
+    assert (largest, gib, per_env) == (11520, line(11520), 1 / 512)  # 11776 would need 24.0 GiB
+    def above(n):  # the real program needs 5% more than the line from the measured sizes: step down until it fits
+        return line(n) * (1.05 if n > 2048 else 1.0)
+    largest, gib, _ = jax2d.largest_that_fits({1024: line(1024), 2048: line(2048)}, 24.0, above)
+    assert largest == max(n for n in range(256, 12000, 256) if above(n) < 24.0) and gib < 24.0
+    def never(n):
+        raise AssertionError("no size to confirm")
+    assert "no multiple of 256" in jax2d.largest_that_fits({1024: 35.0, 2048: 45.0}, 24.0, never)  # 25 GiB at 0 envs
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(repeats=0), "--repeats"),  # was a ZeroDivisionError after the first row
+    (dict(memory_gib=0.0), "--memory-gib"),
+    (dict(num_envs=[128, 3], num_steps=5), "--num-envs 3 with --num-steps 5"),  # was a traceback after minutes
+    (dict(mem_envs=[2048, 0]), "--mem-envs 0"),
+])
+def test_jax2d_benchmark_refuses_bad_options_before_measuring(jax2d, kw, flag, capsys):
+    assert flag in refused(jax2d.check_options, jax2d_opts(**kw), capsys)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ppo_atari_throughput.py and ppo_continuous_mujoco_throughput.py
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw, flag", [
+    (dict(iterations=1), "--iterations"),  # one iteration left no interval to time: ZeroDivisionError
+    (dict(repeats=0), "--repeats"),  # was an IndexError on an empty list of bounds
+    (dict(sweep="8,x"), "--sweep"),
+    (dict(sweep="8,0"), "--sweep"),
+    (dict(cleanrl="/nonexistent"), "--cleanrl"),  # was a FileNotFoundError after the first runs
+])
+def test_atari_benchmark_refuses_bad_options_before_measuring(kw, flag, capsys):
+    atari = load("ppo_atari_throughput")
+    opts = dict(iterations=21, repeats=3, sweep="8,32", cleanrl=None)
+    assert atari.check_options(argparse.Namespace(**opts)) == [8, 32]
+    assert flag in refused(atari.check_options, argparse.Namespace(**{**opts, **kw}), capsys)
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(num_envs="10,3"), "--num-envs 3"),  # 300 samples, 1000-sample minibatches: failed after minutes
+    (dict(num_envs="x"), "--num-envs"),
+    (dict(env_id="Pong-v5"), "--env-id"),
+    (dict(timeout=0.0), "--timeout"),
+    (dict(cleanrl="/nonexistent"), "--cleanrl"),
+])
+def test_mujoco_benchmark_refuses_bad_options_before_measuring(kw, flag, capsys):
+    mujoco = load("ppo_continuous_mujoco_throughput")
+    opts = dict(env_id="HalfCheetah-v4", cleanrl=None, cleanrl_python=sys.executable, num_envs="10,100", timeout=150.0)
+    assert mujoco.check_options(argparse.Namespace(**opts)) == [10, 100]
+    assert flag in refused(mujoco.check_options, argparse.Namespace(**{**opts, **kw}), capsys)
+
+
+def test_mujoco_table_cells_never_show_nan():
+    """Issue 16.4: without --cleanrl the table printed 'nan' for CleanRL's SPS and both ratios."""
+    mujoco = load("ppo_continuous_mujoco_throughput")
+    assert mujoco.cell(None) == "-" and mujoco.cell(math.nan) == "timeout" and mujoco.cell(1234.4) == "1234"
+    assert mujoco.ratio(300.0, None) == "-" and mujoco.ratio(300.0, math.nan) == "-" and mujoco.ratio(300.0, 200.0) == "1.50"
