@@ -963,7 +963,8 @@ def validate(args) -> dict:
     check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
-    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    # B26 Fig. 6b uses eps = 0: the clipped objective is still defined (gradients stop once the ratio leaves 1)
+    check(args.clip_coef >= 0, f"--clip-coef must be >= 0 (got {args.clip_coef})")
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
     check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
     check(args.num_tasks >= 1, f"--num-tasks must be >= 1 (got {args.num_tasks})")
@@ -1136,7 +1137,7 @@ def main():
     else:
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
               "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
