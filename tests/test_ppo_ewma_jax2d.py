@@ -369,3 +369,11 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
         return sum(r["charts/episodic_return"] > 0.5 for r in episodes) / len(episodes)  # +1 only for the goal
     assert solved_fraction(1, 10) < 0.03
     assert solved_fraction(51, 60) > 0.05
+
+
+def test_benchmark_scripts_draw_their_figures(runs, tmp_path):
+    """Issue 17: each of the nine Jax2D figure scripts draws its figures (PNG, PDF, CSV) from finished run directories
+    in the exact format of this module's real tiny run (tests/jax2d_figures.py); the CSVs hold the known answers."""
+    from jax2d_figures import draw_every_figure
+
+    draw_every_figure(pathlib.Path(runs["diag"]), tmp_path)
