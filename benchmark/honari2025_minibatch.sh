@@ -21,6 +21,8 @@ PYTHON=${PYTHON:-python}
 TOTAL_TIMESTEPS=${TOTAL_TIMESTEPS:-10000000}
 DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-10}
 read -r -a ENV_IDS <<< "${ENV_IDS:-Humanoid-v4 HalfCheetah-v4 Ant-v4 Walker2d-v4}"
+[[ "$TOTAL_TIMESTEPS" =~ ^[0-9]+$ && "$TOTAL_TIMESTEPS" -ge 50000 ]] || {
+  echo "error: TOTAL_TIMESTEPS=$TOTAL_TIMESTEPS: must be an integer >= 50000 (one update of the 50 000-sample batch)" >&2; exit 2; }
 DRY=()
 [[ -n "${DRY_RUN:-}" ]] && DRY=(--dry-run)
 

@@ -3,6 +3,7 @@
 # kurtosis, policy variance, ESS): growing the batch through N (envs) or through T (rollout length). M25 §4–5.
 # Our choice, not the paper's: the N and T values (our copy of M25 lost them; N x T grows from CleanRL's 8 x 128).
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig1b}
+LARGEST_BATCH=8192  # 64 x 128 and 8 x 1024
 source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig1b --flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --num-steps 128" \
   --flag-set "--num-envs 32 --num-steps 128" --flag-set "--num-envs 64 --num-steps 128" \

@@ -1,7 +1,7 @@
 """Helpers of the benchmark/beukman2026_fig*.sh tests (issue 17): run a figure script, read its DRY_RUN grid, write
 finished run directories for that grid in a real run's exact format, and check the figures the script draws.
 
-tests/test_benchmark_jax2d.py checks the grids and budgets from DRY_RUN; tests/test_ppo_ewma_jax2d.py draws every
+tests/test_benchmark_scripts.py checks the grids and budgets from DRY_RUN; tests/test_ppo_ewma_jax2d.py draws every
 figure, with its module's real tiny run as the template (so the figure test costs no extra training run): for every
 command a script's DRY_RUN prints, a finished run directory is written (config.json with the command's argv and
 values, the template's metrics.jsonl with a known solve rate). The script then runs for real: the launcher finds every
@@ -32,8 +32,9 @@ def flags_for(fig: str) -> str:
 
 
 def script_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "TOTAL", "TOTAL2", "FLAGS", "BUDGETS",
-                                                            "ITERATIONS", "NUM_ENVS_LIST", "SEEDS")}
+    knobs = ("DRY_RUN", "TOTAL", "TOTAL2", "FLAGS", "BUDGETS", "ITERATIONS", "NUM_ENVS_LIST", "SEEDS", "RUNS_DIR",
+             "OUT_DIR", "WORKERS", "TOTAL_TIMESTEPS", "ENV_IDS", "GAMES", "LARGEST_BATCH", "MINIBATCH_SIZE", "SLURM")
+    env = {k: v for k, v in os.environ.items() if k not in knobs}  # the scripts' knobs come from the test only
     env.update(PYTHON=sys.executable, PYTHONPATH=str(REPO), **{k: str(v) for k, v in extra.items()})
     return env
 
