@@ -115,7 +115,7 @@ def test_honari_scripts_draw_returns_and_kl_profiles(name, figure, kept, tmp_pat
     """H25 Figs. 2-3: both scripts end with the KL profile of kl_profile.jsonl (aggregate kl-profile), drawn here from
     finished runs of their own grid (the launcher finds them all finished and starts nothing); one backend for all."""
     runs, out_dir = tmp_path / name, tmp_path / "figures"
-    env = script_env(DRY_RUN=1, RUNS_DIR=runs, OUT_DIR=out_dir, ENV_IDS="Ant-v4", TOTAL_TIMESTEPS=1000)
+    env = script_env(DRY_RUN=1, RUNS_DIR=runs, OUT_DIR=out_dir, ENV_IDS="Ant-v4", TOTAL_TIMESTEPS=50000)
     script = str(REPO / "benchmark" / f"{name}.sh")
     dry = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
     argvs = commands(dry.stdout)
