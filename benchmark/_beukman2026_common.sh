@@ -1,11 +1,60 @@
-# Sourced by the Jax2D benchmark/beukman2026_fig*.sh scripts: the launcher call they share.
-# Environment: RUNS_DIR, WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python), DRY_RUN=1 prints the commands.
-# Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
+# Sourced by the Jax2D benchmark/beukman2026_fig*.sh scripts (ppo_ewma_jax2d.py): the launcher call and the
+# aggregation call they share. A figure script = its grid (launch ...) + the figure (aggregate ...).
+# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python),
+# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU),
+# DRY_RUN=1 prints the commands and draws nothing.
+# Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
+# its flags finished); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
+read -r -a FLAGS <<< "${FLAGS:-}"
 EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
-launch() { "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --runs-dir "$RUNS_DIR" \
-  --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@"; }
+
+die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
+
+positive_int() {  # positive_int NAME VALUE
+  [[ "$2" =~ ^[0-9]+$ && "$2" -gt 0 ]] || die "$1=$2: must be a positive integer of environment steps"
+}
+
+flag_value() {  # flag_value NAME DEFAULT: the value of --NAME in FLAGS, else DEFAULT
+  local i
+  for ((i = 0; i < ${#FLAGS[@]}; i++)); do
+    [[ "${FLAGS[i]}" == "--$1" ]] && { echo "${FLAGS[i + 1]:-}"; return; }
+    [[ "${FLAGS[i]}" == "--$1="* ]] && { echo "${FLAGS[i]#*=}"; return; }
+  done
+  echo "$2"
+}
+
+not_in_flags() {  # not_in_flags NAME...: the grid owns these flags
+  local name
+  for name in "$@"; do
+    [[ " ${FLAGS[*]:-} " == *" --$name "* || " ${FLAGS[*]:-} " == *" --$name="* ]] && \
+      die "FLAGS sets --$name, which this script's grid sweeps; leave it out of FLAGS"
+  done
+  return 0
+}
+
+one_update_fits() {  # one_update_fits TOTAL_NAME TOTAL NUM_ENVS...: every run must have >= 1 update
+  local name=$1 total=$2 steps n; shift 2
+  steps=$(flag_value num-steps 256)
+  for n in "$@"; do
+    (( total >= n * steps )) || die "$name=$total is below one update at $n envs x $steps steps ($((n * steps))); \
+raise $name to at least $((n * steps)) or use fewer envs"
+  done
+}
+
+launch() {  # launch [launcher options] -- [flags for every run]
+  [[ " $* " == *" -- "* ]] || die "launch: internal error, no '--' before the run flags"
+  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --runs-dir "$RUNS_DIR" \
+    --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@" "${FLAGS[@]}"
+}
+
+aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN)
+  [[ -n "${DRY_RUN:-}" ]] && return 0
+  local command=$1; shift
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
+}

@@ -11,6 +11,9 @@ OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 TOTAL=${TOTAL:-100000000}
+LARGEST_BATCH=${LARGEST_BATCH:-1024}  # set by the figure script: its largest N x T, one update of every grid point
+[[ "$TOTAL" =~ ^[0-9]+$ && "$TOTAL" -ge "$LARGEST_BATCH" ]] || {
+  echo "error: TOTAL=$TOTAL: must be an integer >= $LARGEST_BATCH (one update at this grid's largest N x T)" >&2; exit 2; }
 read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
 read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 Frostbite-v5 KungFuMaster-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5 Riverraid-v5}"
 EXTRA=()

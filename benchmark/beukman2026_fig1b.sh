@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # B26 Fig. 1b: noisy convex optimisation (App. A). Too large a step size plateaus at a suboptimal level, too small
 # a one does not converge within the budget. Page: docs/reproducing/beukman2026_fig1b.md
-#   bash benchmark/beukman2026_fig1b.sh          # 10-15 s on 2 CPU cores
-# Environment: RUNS_DIR (runs/beukman2026_fig1b), OUT_DIR (runs/figures), WORKERS (2), PYTHON (python).
+#   bash benchmark/beukman2026_fig1b.sh          # under a minute on 2 CPU cores
+# Environment: RUNS_DIR (runs/beukman2026_fig1b), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python).
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig1b}
 OUT_DIR=${OUT_DIR:-runs/figures}
-WORKERS=${WORKERS:-2}
+WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 STEP_SIZES=(0.3 0.03 0.003 0.0003)
 

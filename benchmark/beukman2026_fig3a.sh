@@ -1,21 +1,55 @@
 #!/usr/bin/env bash
-# B26 Fig. 3a (Jax2D locomotion, ppo_ewma_jax2d.py). Reload a plateaued checkpoint with another COM: learning resumes at the new COM's level (and drops back when the COM is lowered).
-# Page: docs/ppo_ewma_jax2d.md. A GPU is assumed for the paper's budgets; on CPU lower TOTAL (and NUM_ENVS).
-# Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_fig3a), WORKERS (1), SEEDS ("1 2 3 4 5"), TOTAL (total timesteps), PYTHON (python).
+# B26 Fig. 3a (Jax2D locomotion, ppo_ewma_jax2d.py): a run that plateaued at one COM, reloaded with another COM,
+# moves to the new COM's level (up when the COM is raised, down when it is lowered). Page: docs/ppo_ewma_jax2d.md
+# Phase 1 trains at COM 2 and 32 to TOTAL steps; phase 2 reloads the final checkpoint of every *finished* phase-1 run
+# with the other COM and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that
+# finished is not repeated). The figure: charts/solve_rate of both phases against environment steps.
+# Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
+# Scale: the paper's budgets need a GPU; on a CPU lower TOTAL/TOTAL2 and FLAGS="--num-envs ...".
+# Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
+# PYTHON, DRY_RUN; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
 source "$(dirname "$0")/_beukman2026_common.sh"
-TOTAL=${TOTAL:-50000000}          # phase 1 budget
-TOTAL2=${TOTAL2:-100000000}       # total after the reload (the reloaded run continues the step count)
+TOTAL=${TOTAL:-50000000}
+TOTAL2=${TOTAL2:-100000000}
 COMS=(2 32)
-launch --job-name beukman2026_fig3a_phase1 --sweep ewma-com="$(IFS=,; echo "${COMS[*]}")" -- --total-timesteps "$TOTAL"
-[[ -n "${DRY_RUN:-}" ]] && exit 0
-for ckpt in "$RUNS_DIR"/*/checkpoints/latest.ckpt; do
-  from=$("$PYTHON" -c "import json,sys; a=json.load(open(sys.argv[1]))['args']; print(a['ewma_com'], a['seed'])" \
-    "$(dirname "$(dirname "$ckpt")")/config.json")
-  read -r com seed <<< "$from"
-  for new in "${COMS[@]}"; do
-    [[ "$new" == "${com%.0}" ]] && continue
-    "$PYTHON" cleanrl_scaling/ppo_ewma_jax2d.py --init-from "$ckpt" --ewma-com "$new" --seed "$seed" \
-      --total-timesteps "$TOTAL2" --runs-dir "$RUNS_DIR/reloaded" --exp-name "ppo_ewma_jax2d_com${com%.0}_to_$new"
-  done
-done
+positive_int TOTAL "$TOTAL"
+positive_int TOTAL2 "$TOTAL2"
+(( TOTAL2 > TOTAL )) || die "TOTAL2=$TOTAL2 must exceed TOTAL=$TOTAL (the reloaded runs continue phase 1's step count)"
+one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
+not_in_flags ewma-com exp-name init-from resume seed total-timesteps
+
+PHASE1=(); for com in "${COMS[@]}"; do PHASE1+=(--flag-set "--exp-name com$com --ewma-com $com"); done
+launch --job-name beukman2026_fig3a_phase1 "${PHASE1[@]}" -- --total-timesteps "$TOTAL"
+
+# Phase 2: one reload per finished phase-1 run and other COM (interrupted runs are not reloaded)
+mapfile -t RELOADS < <("$PYTHON" - "$RUNS_DIR" "${COMS[@]}" <<'PY'
+import os, shlex, sys
+from cleanrl_scaling.utils.rundirs import read_json, run_status
+root, coms = sys.argv[1], sys.argv[2:]
+for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    path = os.path.join(root, name)
+    config = read_json(os.path.join(path, "config.json"))
+    ckpt = os.path.join(path, "checkpoints", "latest.ckpt")
+    if not isinstance(config, dict) or run_status(path) != "finished" or not os.path.exists(ckpt):
+        continue
+    args = config.get("args", {})
+    com = f"{float(args.get('ewma_com', 0)):g}"
+    if args.get("init_from") or args.get("exp_name") != f"com{com}":
+        continue
+    for new in coms:
+        if new != com:
+            print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
+PY
+)
+if (( ${#RELOADS[@]} )); then
+  PHASE2=(); for flags in "${RELOADS[@]}"; do PHASE2+=(--flag-set "$flags"); done
+  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --job-name beukman2026_fig3a_reload \
+    --runs-dir "$RUNS_DIR/reloaded" --workers "$WORKERS" --skip-finished "${EXTRA[@]}" "${PHASE2[@]}" \
+    -- --total-timesteps "$TOTAL2" "${FLAGS[@]}"
+else
+  echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
+fi
+
+aggregate curves --metric charts/solve_rate --label "{exp_name}" --x global_step --ylabel "solve rate" \
+  --title "B26 Fig. 3a: reloaded with another COM (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig3a"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # B26 Fig. 3b: changing the step size mid-run moves noisy gradient descent to the plateau of the new step size:
 # lowering it resumes progress, raising it falls back to the higher plateau. Page: docs/reproducing/beukman2026_fig3b.md
-#   bash benchmark/beukman2026_fig3b.sh          # 10-15 s on 2 CPU cores
-# Environment: RUNS_DIR (runs/beukman2026_fig3b), OUT_DIR (runs/figures), WORKERS (2), PYTHON (python).
+#   bash benchmark/beukman2026_fig3b.sh          # under a minute on 2 CPU cores
+# Environment: RUNS_DIR (runs/beukman2026_fig3b), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python).
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3b}
 OUT_DIR=${OUT_DIR:-runs/figures}
-WORKERS=${WORKERS:-2}
+WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 HIGH=0.3
 LOW=0.03

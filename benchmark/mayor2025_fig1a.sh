@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # M25 Fig. 1a (ppo_atari_envpool.py): a fixed data budget N x T = 1024 per update, spent on more envs N with a
 # shorter rollout T rather than CleanRL's default N=8, T=128. M25 §4. Page: docs/ppo_atari_envpool.md.
-# (Our copy of M25 lost the figure's numbers; the grid keeps N x T fixed at CleanRL's 1024.)
+# Our choice, not the paper's: the N and T values (our copy of M25 lost them; N x T stays at CleanRL's 1024).
 # Runs with --cleanrl-compat (CleanRL's semantics, as M25 ran them); CLEANRL_COMPAT=0 runs the default mode.
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig1a}
 source "$(dirname "$0")/_mayor2025_common.sh"

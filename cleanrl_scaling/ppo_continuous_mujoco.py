@@ -256,7 +256,8 @@ def check_ppo_flags(args) -> None:
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
-    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    # B26 Fig. 6b uses eps = 0: the clipped objective is still defined (gradients stop once the ratio leaves 1)
+    check(args.clip_coef >= 0, f"--clip-coef must be >= 0 (got {args.clip_coef})")
     check(args.vf_coef >= 0, f"--vf-coef must be >= 0 (got {args.vf_coef})")
     check(args.max_grad_norm > 0, f"--max-grad-norm must be > 0 (got {args.max_grad_norm}); "
           "clipping at 0 or below zeroes or flips the gradient")

@@ -212,3 +212,106 @@ def test_usage_errors(tmp_path, capsys):
                            "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "charts/r" in err and "not found" in err and "Toy-v0" in err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 17: per-step means, default bootstrap size, panels, sweeps with a tuned-away key, KL profiles
+# ---------------------------------------------------------------------------------------------------------
+def test_curves_average_the_episodes_that_end_in_the_same_step(tmp_path):
+    """With N >= 8 envs several episodes end in one logged step: the curve goes through their mean, not through one
+    of them (the values 0/10 at step 10 and 20/40 at step 20: means 5 and 30); --smooth 2 then averages two steps."""
+    runs = tmp_path / "runs"
+    rows = [(10, {"charts/r": 0.0}), (10, {"charts/r": 10.0}), (20, {"charts/r": 20.0}), (20, {"charts/r": 40.0})]
+    write_run(runs, "Toy-v0", "toy", 1, rows)
+    write_run(runs, "Toy-v0", "toy", 2, [(s, {"charts/r": r["charts/r"] + 2.0}) for s, r in rows])
+    out = tmp_path / "c"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--points", "3", "--out", str(out)]) == 0
+    got = [(float(r["x"]), float(r["mean"])) for r in read_csv(f"{out}.csv")]
+    assert got == [(10.0, pytest.approx(6.0)), (20.0, pytest.approx(31.0))]  # seeds' means (5, 7) and (30, 32)
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--smooth", "2", "--out", str(out)]) == 0
+    assert [float(r["mean"]) for r in read_csv(f"{out}.csv")] == pytest.approx([6.0, (6.0 + 31.0) / 2])
+
+
+def test_default_bootstrap_endpoints_are_stable_across_bootstrap_seeds():
+    """At the default number of replicates (rliable's 50,000) the CI endpoints of six bootstrap seeds agree within
+    1.5% of the CI width (2,000 replicates: about 3% on these scores)."""
+    reps = aggregate.parse_args(["iqm", "runs", "--metric", "m"]).reps
+    rng = np.random.default_rng(0)
+    scores = rng.gamma(2.0, 1.0, size=(5, 3)) * np.array([0.5, 1, 2])
+    out = [aggregate.stratified_bootstrap([scores[:, k] for k in range(3)], ("iqm",), reps=reps, seed=s)["iqm"]
+           for s in range(6)]
+    width = np.mean([o["hi"] - o["lo"] for o in out])
+    for end in ("lo", "hi"):
+        assert np.ptp([o[end] for o in out]) < 0.015 * width
+
+
+def test_curves_one_panel_per_value_of_panel_by(tmp_path):
+    runs = tmp_path / "runs"
+    for n in (16, 64):
+        for com in (2, 8):
+            write_run(runs, "Loco-v0", "ewma", 1, [(s, {"charts/r": n + com + s}) for s in (0, 1)], num_envs=n,
+                      ewma_com=com)
+    out = tmp_path / "p"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--panel-by", "num_envs", "--group-by",
+                           "ewma_com", "--x", "iteration", "--out", str(out)]) == 0
+    rows = read_csv(f"{out}.csv")
+    assert {(r["num_envs"], r["group"]) for r in rows} == {(n, f"ewma_com={c}") for n in ("16", "64") for c in "28"}
+    assert all(float(r["mean"]) == pytest.approx(int(r["num_envs"]) + int(r["group"][-1]) + float(r["x"]) - 1)
+               for r in rows)
+
+
+def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
+    """B26 Fig. 4: final score against lr, one line per COM, the better of anneal on/off at each point."""
+    runs = tmp_path / "runs"
+    for com in (2, 8):
+        for lr in (0.001, 0.01):
+            for anneal in (True, False):
+                for seed in (1, 2):
+                    final = com + 100 * lr + (0.5 if anneal == (lr == 0.01) else 0.0) + seed
+                    write_run(runs, "Loco-v0", "ewma", seed, [(0, {"charts/solve_rate": 0.0}),
+                                                               (10, {"charts/solve_rate": final})],
+                              ewma_com=com, learning_rate=lr, anneal_lr=anneal)
+    out = tmp_path / "s"
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/solve_rate", "--x-key", "learning_rate",
+                           "--group-by", "ewma_com", "--best-over", "anneal_lr", "--logx", "--out", str(out)]) == 0
+    rows = {(r["group"], float(r["learning_rate"])): r for r in read_csv(f"{out}.csv")}
+    assert len(rows) == 4
+    half = stats.t.ppf(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # seeds 1 and 2: sd sqrt(1/2)
+    for (group, lr), r in rows.items():
+        com = int(group.split("=")[1])
+        assert float(r["mean"]) == pytest.approx(com + 100 * lr + 0.5 + 1.5)
+        assert r["anneal_lr"] == str(lr == 0.01) and int(r["n"]) == 2
+        assert float(r["hi"]) - float(r["mean"]) == pytest.approx(half)
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/solve_rate", "--x-key", "ewma_com",
+                           "--group-by", "ewma_com", "--out", str(out)]) == 2
+
+
+def write_profile(run, rows):
+    (run / "kl_profile.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_kl_profile_of_the_best_run_per_setting(tmp_path):
+    """H25 Fig. 2: seq KL at x = 100 j / J (j = 1..J), ref KL at 100 j / J (j = 0..J-1), for the best run of each
+    minibatch size, at the profiled update nearest to each --at % of training."""
+    runs = tmp_path / "runs"
+    for mb, steps in ((50, 4), (500, 2)):
+        for seed, final in ((1, 10.0), (2, 20.0)):
+            run = write_run(runs, "Ant-v4", "ppo", seed, [(s, {"charts/episodic_return": final * s / 1000})
+                                                          for s in (100, 500, 1000)], minibatch_size=mb)
+            write_profile(run, [{"global_step": g, "iteration": i, "seq_kl": [seed * g * (j + 1) for j in range(steps)],
+                                 "ref_kl": [seed * g / (j + 1) for j in range(steps)]}
+                                for i, g in enumerate((100, 500, 1000))])
+    out = tmp_path / "k"
+    assert aggregate.main(["kl-profile", str(runs), "--group-by", "minibatch_size", "--at", "45", "100",
+                           "--out", str(out)]) == 0
+    rows = read_csv(f"{out}.csv")
+    assert {r["run"].split("__")[2] for r in rows} == {"2"}  # seed 2 has the higher final return
+    seq50 = [(float(r["pct_of_update"]), float(r["kl"])) for r in rows
+             if r["group"] == "minibatch_size=50" and r["kind"] == "seq" and r["global_step"] == "500"]
+    assert seq50 == [(25.0, 1000.0), (50.0, 2000.0), (75.0, 3000.0), (100.0, 4000.0)]
+    ref500 = [(float(r["pct_of_update"]), float(r["kl"])) for r in rows
+              if r["group"] == "minibatch_size=500" and r["kind"] == "ref" and r["global_step"] == "1000"]
+    assert ref500 == [(0.0, 2000.0), (50.0, 1000.0)]
+    assert {r["pct_of_training"] for r in rows} == {"50", "100"}
+    assert aggregate.main(["kl-profile", str(tmp_path / "runs"), "--filter", "minibatch_size=7",
+                           "--out", str(out)]) == 2

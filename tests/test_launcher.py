@@ -119,20 +119,37 @@ def write_run(root, name, config, status=None):
         (run / "summary.json").write_text(json.dumps({"status": status, "global_step": 1, "iteration": 1}))
 
 
-def test_skip_finished_with_config_args(fake_script, tmp_path, capsys):
-    """Scripts whose config.json has no argv: matched on the values in config["args"]."""
+def test_skip_finished_never_counts_a_run_without_argv(fake_script, tmp_path, capsys):
+    """A config.json without argv cannot say which grid point it is: its run is rerun (with a warning), never
+    guessed from a subset of its values (issue 17: that counted PPO-EWMA runs as plain-PPO points)."""
     runs = tmp_path / "runs"
-    base = {"script": "fake_train", "args": {"exp_name": "fake_train", "env_id": "A-v5", "learning_rate": 0.1}}
-    write_run(runs, "A-v5__fake_train__1__1", {**base, "args": {**base["args"], "seed": 1}}, "finished")
-    write_run(runs, "A-v5__fake_train__2__1", {**base, "args": {**base["args"], "seed": 2}}, "interrupted")
-    write_run(runs, "A-v5__fake_train__3__1", {**base, "args": {**base["args"], "seed": 3}})  # no summary: crashed
-    write_run(runs, "A-v5__other__4__1", {**base, "script": "other", "args": {**base["args"], "seed": 4}}, "finished")
-    rc = launcher.main([fake_script, "--env-ids", "A-v5", "--seeds", "1", "2", "3", "4", "--sweep",
-                        "learning-rate=0.1,0.2", "--runs-dir", str(runs), "--skip-finished", "--dry-run"])
+    args = {"exp_name": "fake_train", "env_id": "A-v5", "learning_rate": 0.1, "seed": 1, "ewma_com": 2.0}
+    write_run(runs, "A-v5__fake_train__1__1", {"script": "fake_train", "args": args}, "finished")
+    rc = launcher.main([fake_script, "--env-ids", "A-v5", "--seeds", "1", "--sweep", "learning-rate=0.1",
+                        "--runs-dir", str(runs), "--skip-finished", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.startswith("# 1 run(s), 0 skipped as finished")
+    assert "1 finished run(s)" in err and "no argv" in err
+
+
+def test_skip_finished_ppo_ewma_run_is_not_the_plain_ppo_point(fake_script, tmp_path, capsys):
+    """B26 Fig. 6 (issue 17): after the COM runs finished, the epsilon grid's --clip-coef 0.2 still has to run; only
+    a run started with exactly that point's flags counts. Statuses other than finished never count."""
+    runs = tmp_path / "runs"
+    common = ["--total-timesteps", "1000", "--update-epochs", "4"]
+    for i, (flags, status) in enumerate([(["--ewma-com", "2"], "finished"), (["--clip-coef", "0.1"], "finished"),
+                                         (["--clip-coef", "0.4"], "interrupted"), (["--clip-coef", "0.4"], None)]):
+        argv = common + flags + ["--seed", "1", "--runs-dir", str(runs)]
+        write_run(runs, f"J__fake_train__1__{i}", {"script": "fake_train", "argv": argv,
+                                                   "args": {"exp_name": "fake_train", "seed": 1, "clip_coef": 0.2,
+                                                            "ewma_com": 2.0 if i == 0 else 0.0}}, status)
+    write_run(runs, "J__other__1__9", {"script": "other", "argv": common + ["--clip-coef", "0.2", "--seed", "1"]},
+              "finished")  # another script's run never counts
+    launcher.main([fake_script, "--seeds", "1", "--sweep", "clip-coef=0.1,0.2,0.4", "--runs-dir", str(runs),
+                   "--skip-finished", "--dry-run", "--"] + common)
     out = capsys.readouterr().out
-    assert rc == 0 and out.startswith("# 7 run(s), 1 skipped as finished")
-    left = {(f["seed"], f["learning_rate"]) for f in (parse_flags(c[2:]) for c in commands(out))}
-    assert ("1", "0.1") not in left and len(left) == 7
+    assert out.startswith("# 2 run(s), 1 skipped as finished")
+    assert sorted(parse_flags(c[2:])["clip_coef"] for c in commands(out)) == ["0.2", "0.4"]
 
 
 def test_skip_finished_with_config_argv(fake_script, tmp_path, capsys):

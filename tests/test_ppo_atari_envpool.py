@@ -421,7 +421,7 @@ def test_total_timesteps_message_names_the_batch_it_compares_with():
 
 
 @pytest.mark.parametrize("kw, flag", [
-    (dict(gae_lambda=2.0), "--gae-lambda"), (dict(gamma=-0.1), "--gamma"), (dict(clip_coef=0.0), "--clip-coef"),
+    (dict(gae_lambda=2.0), "--gae-lambda"), (dict(gamma=-0.1), "--gamma"), (dict(clip_coef=-0.1), "--clip-coef"),
     (dict(vf_coef=-1.0), "--vf-coef"), (dict(max_grad_norm=-0.5), "--max-grad-norm"), (dict(target_kl=0.0), "--target-kl"),
     (dict(update_epochs=0), "--update-epochs"),
 ])

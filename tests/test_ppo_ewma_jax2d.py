@@ -229,6 +229,9 @@ def test_smoke_run_directory(runs):
     assert config["resolved"]["batch_size"] == BATCH and config["resolved"]["num_minibatches"] == 2
     assert config["args"]["num_iterations"] == 4 and config["args"]["ewma_com"] == 2.0
     assert config["script"] == "ppo_ewma_jax2d" and config["devices"] == 1
+    # the launcher's --skip-finished matches a grid point on exactly these flags (issue 17)
+    assert config["argv"] == tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2) + [
+        "--runs-dir", os.path.dirname(run_dir)]
     metrics = rows(run_dir)
     tags = set().union(*metrics)
     required = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
@@ -332,12 +335,19 @@ def test_four_devices_give_the_one_device_result(runs, tmp_path):
     # issue 10: the error is reported under the flag the user gave
     (["--init-from", "/nonexistent/latest.ckpt"], "--init-from: no checkpoint"),
     (tiny(1) + ["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
+    (["--clip-coef", "-0.1"], "--clip-coef"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0] and "Traceback" not in err[0]
     assert "--resume" not in err[0] or "--resume" in argv
+
+
+def test_clip_coef_zero_is_allowed():
+    """B26 Fig. 6b trains PPO with eps = 0 (issue 17): the objective is defined there, so validation accepts it."""
+    scaling = m.validate(m.Args(clip_coef=0.0, num_tasks=8, num_envs=8, num_steps=16, num_minibatches=2))
+    assert scaling["batch_size"] == BATCH
 
 
 def test_bad_input_exit_2_in_a_fresh_process():
@@ -366,3 +376,11 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
         return sum(r["charts/episodic_return"] > 0.5 for r in episodes) / len(episodes)  # +1 only for the goal
     assert solved_fraction(1, 10) < 0.03
     assert solved_fraction(51, 60) > 0.05
+
+
+def test_benchmark_scripts_draw_their_figures(runs, tmp_path):
+    """Issue 17: each of the nine Jax2D figure scripts draws its figures (PNG, PDF, CSV) from finished run directories
+    in the exact format of this module's real tiny run (tests/jax2d_figures.py); the CSVs hold the known answers."""
+    from jax2d_figures import draw_every_figure
+
+    draw_every_figure(pathlib.Path(runs["diag"]), tmp_path)

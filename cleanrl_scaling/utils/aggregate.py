@@ -4,11 +4,14 @@
     python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human
     python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate
     python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
+    python -m cleanrl_scaling.utils.aggregate sweep   RUNS... --x-key learning_rate --group-by ewma_com --best-over anneal_lr
+    python -m cleanrl_scaling.utils.aggregate kl-profile RUNS... --group-by minibatch_size
 
 Runs are grouped by configuration (exp_name plus the --group-by keys of config.json) and by env_id (the task).
-Curves: mean and 95% CI over seeds (Student t). IQM: 25% trimmed mean over all runs of all tasks with stratified
-bootstrap percentile CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable). Every command
-writes PREFIX.png, PREFIX.pdf and PREFIX.csv. Details: docs/pipeline.md.
+Curves: per run, the mean of the values logged at each step (then --smooth), interpolated onto one x grid; mean and
+95% CI over seeds (Student t). IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
+CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable, with its 50,000 replicates by default).
+Every command writes PREFIX.png, PREFIX.pdf and PREFIX.csv. Details: docs/pipeline.md.
 """
 import argparse
 import json
@@ -73,7 +76,7 @@ def aggregate(tasks: list, name: str) -> np.ndarray:
     raise ValueError(name)
 
 
-def stratified_bootstrap(tasks: list, names=("iqm",), reps: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+def stratified_bootstrap(tasks: list, names=("iqm",), reps: int = 50000, level: float = 0.95, seed: int = 0) -> dict:
     """Point estimate and percentile CI of each aggregate. tasks: one array per task, shape (runs_k, ...) (runs may
     differ between tasks). Each replicate resamples the runs of every task with replacement, independently per
     task (stratified by task); the CI is the (1-level)/2 and (1+level)/2 percentiles of the replicates."""
@@ -283,8 +286,10 @@ def normalizer(kind: str):
 
 
 def series(run: Run, metric: str, x_kind: str, smooth: int = 1, normalize=None) -> tuple:
-    """(x, y) of one metric of one run, sorted by x. x_kind: a metrics.jsonl column (global_step, iteration,
-    wall_time: seconds since the run's first event) or pct (% of the run's data: 100 * global_step / last step)."""
+    """(x, y) of one metric of one run, one point per distinct x (the mean of the values logged there), sorted by x;
+    smooth > 1: then a trailing rolling mean over that many of those points. x_kind: a metrics.jsonl column
+    (global_step, iteration, wall_time: seconds since the run's first event) or pct (% of the run's data:
+    100 * global_step / last step)."""
     frame = run.metrics
     if metric not in frame:
         return np.array([]), np.array([])
@@ -301,9 +306,19 @@ def series(run: Run, metric: str, x_kind: str, smooth: int = 1, normalize=None) 
                          "wall_time or pct)")
     if normalize is not None:
         y = normalize(run.env_id, y)
+    x, y = mean_per_x(x, y)
     if smooth > 1:
         y = pd.Series(y).rolling(smooth, min_periods=1).mean().to_numpy()
     return x, y
+
+
+def mean_per_x(x: np.ndarray, y: np.ndarray) -> tuple:
+    """One point per logged x: the mean of all values logged there (several episodes end in the same step when
+    N >= 8; np.interp would otherwise pick one of them), sorted by x."""
+    if len(x) == 0:
+        return x, y
+    xs, inverse = np.unique(x, return_inverse=True)
+    return xs, np.bincount(inverse, weights=y) / np.bincount(inverse)
 
 
 def check_metric(runs: list, metric: str) -> None:
@@ -338,16 +353,21 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
     """Mean and band over seeds, one panel per (metric, env_id)."""
     norm = normalizer(args.normalize)
     hlines = [parse_hline(h) for h in args.hline]
-    envs = sorted({r.env_id for r in runs})
+    def panel_of(run: Run) -> tuple:  # one panel per env_id and per value of the --panel-by keys
+        return (run.env_id,) + tuple(run.value(k) for k in args.panel_by)
+
+    panel_keys = sorted({panel_of(r) for r in runs}, key=sort_key)
     panels, rows, labels = [], [], []
     for metric in args.metric:
         check_metric(runs, metric)
-        for env_id in envs:
-            panel = {"title": env_id if len(args.metric) == 1 else f"{env_id}: {metric}",
+        for panel_key in panel_keys:
+            env_id = panel_key[0]
+            name = ", ".join([env_id] + [f"{k}={fmt_value(v)}" for k, v in zip(args.panel_by, panel_key[1:])])
+            panel = {"title": name if len(args.metric) == 1 else f"{name}: {metric}",
                      "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or metric,
                      "series": {}, "hlines": [(v, t) for v, t, m in hlines if m in (None, metric)],
                      "logy": args.logy is not None and (not args.logy or metric in args.logy), "ylim": args.ylim}
-            for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+            for key, label, members in grouped([r for r in runs if panel_of(r) == panel_key], grouping):
                 curves = [series(r, metric, args.x, args.smooth, norm)
                           for r in members]
                 curves = [(x, y) for x, y in curves if len(x)]
@@ -362,8 +382,9 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                 panel["series"][label] = (grid, mean, lo if args.band != "none" else None, hi)
                 if label not in labels:
                     labels.append(label)
-                rows += [{"metric": metric, "env_id": env_id, "group": label, "x": xv, "mean": m, "lo": l, "hi": h,
-                          "n": len(curves)} for xv, m, l, h in zip(grid, mean, lo, hi)]
+                rows += [{"metric": metric, "env_id": env_id, **dict(zip(args.panel_by, panel_key[1:])), "group": label,
+                          "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves)}
+                         for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
     fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend)
     return {"fig": fig, "rows": rows}
@@ -487,7 +508,111 @@ def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
     return {"fig": fig, "rows": rows}
 
 
-COMMANDS = {"curves": cmd_curves, "iqm": cmd_iqm, "scatter": cmd_scatter, "heatmap": cmd_heatmap}
+def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
+    """A per-run score against a swept config value, one line per configuration of the --group-by keys, mean over
+    runs (seeds, tasks) and 95% CI at every x. The --best-over keys are tuned away: at each (line, x) the value of
+    those keys with the highest mean is shown and named in the CSV (B26 Fig. 4: the better of annealing the lr or
+    not; Fig. 12a: the best epsilon per COM). B26 Figs. 13-14: SPS and final solve rate against num_envs."""
+    check_metric(runs, args.metric)
+    if args.x_key in grouping.keys or args.x_key in args.best_over:
+        raise UsageError(f"--x-key {args.x_key}: also in --group-by or --best-over; a key can play one role only")
+    panel = {"title": "", "xlabel": args.xlabel or args.x_key, "ylabel": args.ylabel or f"{args.stat} {args.metric}",
+             "series": {}, "logy": args.logy is not None, "marker": "o"}
+    rows, labels = [], []
+    for key, label, members in grouped(runs, grouping):
+        by_x = {}
+        for run in members:
+            by_x.setdefault(run.value(args.x_key), []).append(run)
+        points = []
+        for xv in sorted(by_x, key=lambda v: sort_key((v,))):
+            try:
+                x = float(xv)
+            except (TypeError, ValueError):
+                raise UsageError(f"--x-key {args.x_key}: value {xv!r} of {by_x[xv][0].path} is not a number")
+            candidates = {}
+            for run in by_x[xv]:
+                candidates.setdefault(tuple(run.value(k) for k in args.best_over), []).append(run)
+            scored = []
+            for cand, cand_runs in sorted(candidates.items(), key=lambda kv: sort_key(kv[0])):
+                scores = np.array(per_run_scores(cand_runs, args.metric, args.stat, args.final_frac, None))
+                scores = scores[np.isfinite(scores)]
+                if len(scores):
+                    scored.append((float(scores.mean()), cand, scores))
+            if not scored:
+                continue
+            _, cand, scores = max(scored, key=lambda item: item[0])  # the first of equal means: the lowest value
+            mean, lo, hi = (float(v[0]) for v in mean_ci(scores[:, None]))
+            points.append((x, mean, lo, hi))
+            rows.append({"group": label, args.x_key: xv, **dict(zip(args.best_over, cand)), "mean": mean, "lo": lo,
+                         "hi": hi, "n": len(scores), "metric": args.metric, "stat": args.stat})
+        if points:
+            panel["series"][label] = tuple(np.array(v) for v in zip(*points))
+            labels.append(label)
+    fig = plots.plot_curves([panel], labels, args.title, 1, args.logx)
+    return {"fig": fig, "rows": rows}
+
+
+def read_profile(run: Run) -> list:
+    """kl_profile.jsonl of a run: [{global_step, iteration, seq_kl: [J values], ref_kl: [J values]}], by step."""
+    out = []
+    path = os.path.join(run.path, "kl_profile.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:  # a line cut short by a kill
+                    continue
+    return sorted(out, key=lambda row: row["global_step"])
+
+
+def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
+    """H25 Figs. 2-3: within one update, the sequential KL(pi_j || pi_(j-1)) (top row) and the reference
+    KL(pi_J || pi_j) (bottom row) against the % of the update's data processed (100 * j / J: settings with different
+    numbers of minibatch steps J share one axis), log scale; for the best run of each setting (highest --select-stat
+    of --select-metric; H25 selects "two of the best runs") at several phases of training (--at, % of its steps)."""
+    profiles = {run.path: read_profile(run) for run in runs}
+    runs = [r for r in runs if profiles[r.path]]
+    if not runs:
+        raise UsageError("no kl_profile.jsonl in these runs; train with --kl-profile and --diagnostics-every K > 0")
+    envs = sorted({r.env_id for r in runs})
+    panels = {(kind, env_id): {"title": f"{env_id}: {title}", "xlabel": args.xlabel or "% of the update's data processed",
+                               "ylabel": f"{kind} KL", "series": {}, "logy": True}
+              for kind, title in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
+              for env_id in envs}
+    rows, labels = [], []
+    for env_id in envs:
+        for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+            if args.select == "best":
+                scores = per_run_scores(members, args.select_metric, args.select_stat, args.final_frac, None)
+                finite = [(s, i) for i, s in enumerate(scores) if math.isfinite(s)]
+                members = [members[max(finite)[1]]] if finite else members[:1]
+            for run in members:
+                profile = profiles[run.path]
+                last = max(float(run.metrics["global_step"].max()) if "global_step" in run.metrics else 0.0,
+                           float(profile[-1]["global_step"]), 1.0)
+                pcts = np.array([100.0 * p["global_step"] / last for p in profile])
+                for at in args.at:
+                    p = profile[int(np.argmin(np.abs(pcts - at)))]
+                    phase = 100.0 * p["global_step"] / last
+                    name = f"{label} @ {phase:.0f}%" + ("" if args.select == "best" else f" seed {run.seed}")
+                    for kind in ("seq", "ref"):
+                        kl = np.asarray(p[f"{kind}_kl"], dtype=float)
+                        steps = np.arange(1, len(kl) + 1) if kind == "seq" else np.arange(len(kl))
+                        x = 100.0 * steps / len(kl)
+                        panels[(kind, env_id)]["series"][name] = (x, kl, None, None)
+                        rows += [{"env_id": env_id, "group": label, "run": os.path.basename(run.path),
+                                  "global_step": p["global_step"], "pct_of_training": phase, "kind": kind, "j": int(j),
+                                  "pct_of_update": xv, "kl": v} for j, xv, v in zip(steps, x, kl)]
+                    if name not in labels:
+                        labels.append(name)
+    ordered = [panels[("seq", e)] for e in envs] + [panels[("ref", e)] for e in envs]
+    fig = plots.plot_curves(ordered, labels, args.title, len(envs), False)
+    return {"fig": fig, "rows": rows}
+
+
+COMMANDS = {"curves": cmd_curves, "iqm": cmd_iqm, "scatter": cmd_scatter, "heatmap": cmd_heatmap, "sweep": cmd_sweep,
+            "kl-profile": cmd_kl_profile}
 
 
 def parse_args(argv=None):
@@ -520,7 +645,9 @@ def parse_args(argv=None):
     p.add_argument("--metric", nargs="+", required=True, help="metric tag(s); one row of panels each")
     p.add_argument("--x", default="global_step", help="global_step, iteration, wall_time or pct (%% of data)")
     p.add_argument("--band", choices=["ci95", "std", "none"], default="ci95")
-    p.add_argument("--smooth", type=int, default=1, help="rolling mean over this many log events per run")
+    p.add_argument("--smooth", type=int, default=1,
+                   help="per run, a trailing rolling mean over this many logged steps (after averaging the values "
+                        "logged at the same step), before the runs are interpolated onto one x grid")
     p.add_argument("--points", type=int, default=200, help="x grid size when runs log at different x")
     p.add_argument("--normalize", default="none", help="none or atari-human")
     p.add_argument("--hline", action="append", default=[], metavar="[METRIC=]VALUE[:LABEL]",
@@ -529,12 +656,15 @@ def parse_args(argv=None):
                    help="legend entry of the reference lines whose LABEL is a series label (drawn in its colour)")
     p.add_argument("--ylim", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"))
     p.add_argument("--ncols", type=int, default=3)
+    p.add_argument("--panel-by", nargs="*", default=[], metavar="KEY",
+                   help="one panel per value of these config keys (and per env_id), e.g. num_envs (B26 Fig. 7)")
 
     p = sub.add_parser("iqm", parents=[common], help="IQM, median, mean with stratified bootstrap 95%% CIs")
     p.add_argument("--metric", required=True)
     p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
     p.add_argument("--normalize", default="none", help="none or atari-human")
-    p.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
+    p.add_argument("--reps", type=int, default=50000,
+                   help="bootstrap replicates (default 50000, rliable's: fewer let the CI endpoints wander with --seed)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--over-time", action="store_true", help="IQM at every x instead of one score per run")
     p.add_argument("--x", default="global_step")
@@ -552,6 +682,23 @@ def parse_args(argv=None):
     p.add_argument("--cols", required=True, help="config key of the columns")
     p.add_argument("--metric", required=True)
     p.add_argument("--stat", choices=stats, default="final")
+
+    p = sub.add_parser("sweep", parents=[common], help="a per-run score against a swept config value (B26 Figs. 4, "
+                                                       "12a, 13, 14)")
+    p.add_argument("--x-key", required=True, help="config key on the x axis, e.g. learning_rate, num_envs")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
+    p.add_argument("--best-over", nargs="*", default=[], metavar="KEY",
+                   help="config keys tuned away: the best value (highest mean score) at every point is shown")
+
+    p = sub.add_parser("kl-profile", parents=[common], help="H25 Figs. 2-3: seq and ref KL within an update "
+                                                            "(kl_profile.jsonl)")
+    p.add_argument("--at", nargs="+", type=float, default=[10.0, 50.0, 100.0], metavar="PCT",
+                   help="phases of training shown: the profiled update nearest to each %% of the run's steps")
+    p.add_argument("--select", choices=["best", "all"], default="best",
+                   help="the best run of each setting (H25), or every run")
+    p.add_argument("--select-metric", default="charts/episodic_return", help="what 'best' ranks runs by")
+    p.add_argument("--select-stat", choices=stats, default="final")
     return parser.parse_args(argv)
 
 
@@ -562,8 +709,12 @@ def main(argv=None) -> int:
         grouping = Grouping(runs, args.group_by, args.label)
         if not args.keep_duplicates:
             runs = deduplicate(runs)
+        if getattr(args, "smooth", 1) < 1:
+            raise UsageError(f"--smooth must be >= 1 (got {args.smooth}); 1 = no smoothing")
+        if getattr(args, "reps", 1) < 1:
+            raise UsageError(f"--reps must be >= 1 (got {args.reps})")
         metric = args.metric[0] if isinstance(getattr(args, "metric", None), list) else getattr(args, "metric", "")
-        name = metric or f"{args.y_metric}_vs_{args.x_metric}"
+        name = metric or ("kl_profile" if args.command == "kl-profile" else f"{args.y_metric}_vs_{args.x_metric}")
         prefix = args.out or os.path.join("runs", "figures", f"{args.command}_{re.sub(r'[^A-Za-z0-9]+', '_', name)}")
         result = COMMANDS[args.command](args, runs, grouping)
     except UsageError as e:

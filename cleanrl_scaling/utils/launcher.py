@@ -5,7 +5,8 @@
 
 Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
 launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
-(a run is finished iff its summary.json says so, SPEC §4). Usage and the Slurm placeholders: docs/pipeline.md.
+(a run is finished iff its summary.json says so, SPEC §6) started with exactly the point's flags (its config.json
+"argv"). Usage and the Slurm placeholders: docs/pipeline.md.
 """
 import argparse
 import itertools
@@ -19,8 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from cleanrl_scaling.utils.rundirs import (as_bool, config_value, config_value_or, finished_configs, parse_flags,
-                                           same_value)
+from cleanrl_scaling.utils.rundirs import as_bool, config_value_or, finished_configs, parse_flags, same_value
 
 DEFAULT_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_template.sh")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -49,23 +49,20 @@ IGNORED_FOR_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "
 
 
 def run_matches(job: Job, config: dict, script_stem: str) -> bool:
-    """Does this finished run's config.json describe the grid point `job`?"""
+    """Was this finished run started with exactly the grid point's flags? A grid point is finished only when a run
+    with exactly its configuration finished, so the run's own argv (config.json "argv") decides: the same flags with
+    the same values, no flag more, no flag less. A config.json without argv (a script that does not record it) never
+    matches: matching a subset of its values would count, e.g., a PPO-EWMA run as the plain-PPO point of the same
+    epsilon (issue 17)."""
     if "script" in config and config["script"] != script_stem:
         return False
+    if not isinstance(config.get("argv"), list):
+        return False
     wanted = {k: v for k, v in job.flags.items() if k not in IGNORED_FOR_IDENTITY}
-    if isinstance(config.get("argv"), list):  # the exact flags the run was started with
-        had = {k: v for k, v in parse_flags(config["argv"]).items() if k not in IGNORED_FOR_IDENTITY}
-        wanted.setdefault("exp_name", script_stem)  # a run without --exp-name has its script's name
-        had.setdefault("exp_name", config_value_or(config, "exp_name", script_stem))
-        return had.keys() == wanted.keys() and all(same_value(wanted[k], had[k]) for k in wanted)
-    wanted.setdefault("exp_name", script_stem)
-    for key, value in wanted.items():
-        try:
-            if not same_value(value, config_value(config, key)):
-                return False
-        except KeyError:
-            return False
-    return True
+    had = {k: v for k, v in parse_flags(config["argv"]).items() if k not in IGNORED_FOR_IDENTITY}
+    wanted.setdefault("exp_name", script_stem)  # a run without --exp-name has its script's name
+    had.setdefault("exp_name", config_value_or(config, "exp_name", script_stem))
+    return had.keys() == wanted.keys() and all(same_value(wanted[k], had[k]) for k in wanted)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -305,6 +302,11 @@ def main(argv=None) -> int:
         skipped = 0
         if args.skip_finished:
             configs = finished_configs(args.runs_dir) if os.path.isdir(args.runs_dir) else []
+            unknown = [c for c in configs if c.get("script", script_stem) == script_stem
+                       and not isinstance(c.get("argv"), list)]
+            if unknown:
+                print(f"warning: {len(unknown)} finished run(s) in {args.runs_dir} have no argv in config.json; "
+                      "--skip-finished cannot tell which grid point they are and reruns them", file=sys.stderr)
             kept = [j for j in jobs if not any(run_matches(j, c, script_stem) for c in configs)]
             skipped = len(jobs) - len(kept)
             jobs = kept

@@ -44,7 +44,7 @@ def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4):
 def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, logx: bool = False,
                 hline_legend: str = "reference") -> plt.Figure:
     """panels: [{"title", "xlabel", "ylabel", "series": {label: (x, mean, lo, hi)}, "hlines": [(value, text)],
-    "logy": bool}]; one colour per label across panels; lo/hi may be None (no band). A reference line whose text is
+    "logy": bool, "marker": a matplotlib marker or None}]; one colour per label across panels; lo/hi may be None (no band). A reference line whose text is
     a series label is drawn dotted in that series' colour (one legend entry, hline_legend, for all of them); any
     other is grey and annotated with its text."""
     fig, axes = _grid(len(panels), ncols)
@@ -55,7 +55,7 @@ def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, log
             if label not in panel["series"]:
                 continue
             x, mean, lo, hi = panel["series"][label]
-            ax.plot(x, mean, color=palette[label], label=label, lw=1.6)
+            ax.plot(x, mean, color=palette[label], label=label, lw=1.6, marker=panel.get("marker"), ms=4)
             if lo is not None and np.isfinite(lo).any():
                 ax.fill_between(x, lo, hi, color=palette[label], alpha=0.2, lw=0)
         for value, text in panel.get("hlines", ()):

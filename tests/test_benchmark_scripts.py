@@ -1,0 +1,146 @@
+"""benchmark/*.sh (issue 17): each Jax2D script's grid, budgets and refusals from its DRY_RUN output, Fig. 3a's
+reloads, one WORKERS default, and the H25 scripts drawing their KL profiles. Every script drawing its figures from run directories is tested in test_ppo_ewma_jax2d.py, whose real
+tiny run serves as the template (helpers: tests/jax2d_figures.py)."""
+import csv
+import json
+import re
+import subprocess
+
+import pytest
+
+from jax2d_figures import REPO, commands, flags_for, run_script, script_env
+
+from cleanrl_scaling.utils.rundirs import parse_flags
+
+
+def test_dry_runs_print_the_grids_and_honour_the_budgets(tmp_path):
+    expected = {"3a": 2, "4": 4 * 4 * 2, "5a": 7, "5b": 6, "6": 6 * 3 + 6 * 4, "7": 2 * (3 + 4), "8": 2 * (8 + 5),
+                "9": 2 * 3, "12": 7 * 5}
+    for fig, count in expected.items():
+        flags = flags_for(fig)
+        out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / fig, SEEDS=1, TOTAL=4096, FLAGS=flags, ITERATIONS=3,
+                         NUM_ENVS_LIST="16 64", BUDGETS="2048 4096")
+        if fig in ("7", "8"):  # TOTAL does not apply there: refused in one line, nothing launched
+            assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
+            assert ("ITERATIONS" if fig == "7" else "BUDGETS") in out.stderr
+            out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / fig, SEEDS=1, FLAGS=flags, ITERATIONS=3,
+                             NUM_ENVS_LIST="16 64", BUDGETS="2048 4096")
+        assert out.returncode == 0, out.stderr
+        runs = [parse_flags(c) for c in commands(out.stdout)]
+        assert len(runs) == count, (fig, out.stdout)
+        assert all(r["num_tasks"] == "8" and r["num_steps"] == "16" and r["seed"] == "1" for r in runs)
+        totals = {(r.get("num_envs"), r["total_timesteps"]) for r in runs}
+        if fig == "7":  # a fixed number of updates: N x 16 steps x 3 iterations
+            assert totals == {("16", str(16 * 16 * 3)), ("64", str(64 * 16 * 3))}
+        elif fig == "8":
+            assert {t for _, t in totals} == {"2048", "4096"} and all(r["diagnostics_every"] == "5" for r in runs)
+        else:
+            assert {t for _, t in totals} == {"4096"}
+        if fig == "6":  # B26 §4.2's epsilon = 0 is in the grid
+            assert {r["clip_coef"] for r in runs if "clip_coef" in r} == {"0", "0.1", "0.2", "0.4"}
+        if fig == "9":
+            assert {(r["num_envs"], r["scaling_recipe"]) for r in runs} == {
+                (n, s) for n in ("16", "64") for s in ("more-minibatches", "larger-minibatches", "sqrt-lr")}
+        if fig == "3a":
+            assert "phase 2: no finished phase-1 run" in out.stdout
+    for fig, env, words in [("9", dict(TOTAL=16 * 256 - 1, NUM_ENVS_LIST="8 16"), ["TOTAL=4095", "16 envs"]),
+                            ("5a", dict(TOTAL="1e6"), ["TOTAL=1e6"]), ("3a", dict(TOTAL=10, TOTAL2=5), ["TOTAL2=5"]),
+                            ("9", dict(FLAGS="--num-envs 8"), ["--num-envs"])]:
+        out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / "x", **env)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+@pytest.mark.parametrize("script, env, words", [
+    ("mayor2025_fig1b", dict(TOTAL=5000), ["TOTAL=5000", "8192"]),  # 64 x 128 and 8 x 1024
+    ("mayor2025_fig1a", dict(TOTAL="1e8"), ["TOTAL=1e8", "1024"]),
+    ("honari2025_nxt", dict(TOTAL_TIMESTEPS=49999), ["TOTAL_TIMESTEPS=49999", "50000"]),
+    ("honari2025_minibatch", dict(TOTAL_TIMESTEPS=-1), ["TOTAL_TIMESTEPS=-1"]),
+])
+def test_m25_and_h25_budgets_below_one_update_are_refused_in_one_line(script, env, words):
+    out = subprocess.run(["bash", str(REPO / "benchmark" / f"{script}.sh")], capture_output=True, text=True,
+                         env=script_env(DRY_RUN=1, **env), timeout=120)
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def write_finished(run_dir, config: dict, rows=(), profile=(), status="finished"):
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if profile:
+        (run_dir / "kl_profile.jsonl").write_text("".join(json.dumps(p) + "\n" for p in profile))
+    (run_dir / "summary.json").write_text(json.dumps({"status": status}))
+
+
+def test_fig3a_reloads_each_finished_run_once(tmp_path):
+    """Phase 2 lists one reload per *finished* phase-1 run and other COM (an interrupted run is not reloaded), shows
+    it in DRY_RUN, and does not repeat it once it finished."""
+    runs = tmp_path / "runs"
+    for seed, status in ((1, "finished"), (2, "interrupted")):
+        run = runs / f"Jax2D-Locomotion-l__com2__{seed}__100"
+        write_finished(run, {"script": "ppo_ewma_jax2d", "args": {"exp_name": "com2", "ewma_com": 2.0, "seed": seed,
+                                                                  "init_from": None}}, status=status)
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "latest.ckpt").write_bytes(b"x")
+    env = dict(DRY_RUN=1, RUNS_DIR=runs, SEEDS=1, TOTAL=4096, TOTAL2=8192, FLAGS="--num-envs 8 --num-steps 16")
+    out = run_script("3a", **env)
+    assert out.returncode == 0, out.stderr
+    reloads = [parse_flags(c) for c in commands(out.stdout) if "--init-from" in c]
+    assert len(reloads) == 1 and reloads[0]["exp_name"] == "com2_to_32" and reloads[0]["seed"] == "1"
+    assert reloads[0]["init_from"] == str(runs / "Jax2D-Locomotion-l__com2__1__100" / "checkpoints" / "latest.ckpt")
+    argv = [c for c in commands(out.stdout) if "--init-from" in c][0]
+    write_finished(runs / "reloaded" / "Jax2D-Locomotion-l__com2_to_32__1__200",
+                   {"script": "ppo_ewma_jax2d", "argv": argv, "args": {"exp_name": "com2_to_32"}})
+    out = run_script("3a", **env)
+    assert not [c for c in commands(out.stdout) if "--init-from" in c] and "1 skipped as finished" in out.stdout
+
+
+def test_workers_default_is_one_everywhere():
+    """One WORKERS default, stated once in benchmark/README.md (issue 17)."""
+    defaults = {p.name: re.findall(r"WORKERS=\$\{WORKERS:-(\d+)\}", p.read_text())
+                for p in (REPO / "benchmark").glob("*.sh")}
+    assert {d for found in defaults.values() for d in found} == {"1"}
+    readme = (REPO / "benchmark" / "README.md").read_text()
+    assert re.findall(r"`WORKERS` \((\d+)", readme) == ["1"]
+
+
+@pytest.mark.parametrize("name, figure, kept", [
+    ("honari2025_nxt", "honari2025_fig3", {"1000x50", "100x500"}),
+    # the same two aggregation commands on the 20-run grid: slow on a loaded 2-core machine, so not in the default run
+    pytest.param("honari2025_minibatch", "honari2025_fig2",
+                 {"500x100 : 50-sample minibatches", "500x100 : 1000-sample minibatches"}, marks=pytest.mark.slow),
+])
+def test_honari_scripts_draw_returns_and_kl_profiles(name, figure, kept, tmp_path):
+    """H25 Figs. 2-3: both scripts end with the KL profile of kl_profile.jsonl (aggregate kl-profile), drawn here from
+    finished runs of their own grid (the launcher finds them all finished and starts nothing); one backend for all."""
+    runs, out_dir = tmp_path / name, tmp_path / "figures"
+    env = script_env(DRY_RUN=1, RUNS_DIR=runs, OUT_DIR=out_dir, ENV_IDS="Ant-v4", TOTAL_TIMESTEPS=50000)
+    script = str(REPO / "benchmark" / f"{name}.sh")
+    dry = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
+    argvs = commands(dry.stdout)
+    assert dry.returncode == 0 and len(argvs) == (20 if name.endswith("minibatch") else 12)
+    assert {parse_flags(a)["env_backend"] for a in argvs} == {"envpool"}
+    for i, argv in enumerate(argvs):
+        flags = parse_flags(argv)
+        key = flags["minibatch_size"] if name.endswith("minibatch") else flags["num_envs"]
+        args = {"exp_name": "ppo_continuous_mujoco", "env_id": flags["env_id"], "seed": int(flags["seed"]),
+                "num_envs": int(flags["num_envs"]), "num_steps": int(flags["num_steps"]),
+                "minibatch_size": int(flags.get("minibatch_size", 0))}
+        rows = [{"global_step": s, "iteration": s // 100, "wall_time": s / 100.0,
+                 "charts/episodic_return": float(flags["seed"]) * s} for s in (100, 1000)]
+        profile = [{"global_step": s, "iteration": s // 100, "seq_kl": [0.1, 0.2], "ref_kl": [0.3, 0.1]}
+                   for s in (100, 1000)]
+        write_finished(runs / f"Ant-v4__ppo_continuous_mujoco__{flags['seed']}__{i}__{key}",
+                       {"script": "ppo_continuous_mujoco", "argv": argv, "args": args}, rows, profile)
+    env.pop("DRY_RUN")
+    out = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "nothing to do" in out.stdout
+    for ext in ("png", "pdf", "csv"):
+        assert (out_dir / f"{name}_Ant-v4.{ext}").stat().st_size > 0
+        assert (out_dir / f"{figure}.{ext}").stat().st_size > 0
+    with open(out_dir / f"{figure}.csv") as f:
+        profile_rows = list(csv.DictReader(f))
+    assert {r["run"].split("__")[2] for r in profile_rows} == {"4"}  # seed 4 has the highest final return
+    assert {r["group"] for r in profile_rows} == kept
