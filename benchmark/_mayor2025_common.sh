@@ -3,6 +3,7 @@
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally (the bundled template).
+# A figure script sets TRAIN_SCRIPT before sourcing this file to sweep another script (default: PPO).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_DIR=${OUT_DIR:-runs/figures}
@@ -17,7 +18,7 @@ EXTRA=()
 
 launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_atari_envpool.py --job-name "$job" \
+  "$PYTHON" -m cleanrl_scaling.utils.launcher "${TRAIN_SCRIPT:-cleanrl_scaling/ppo_atari_envpool.py}" --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${GAMES[@]}" --seeds "${SEEDS[@]}" \
     "${EXTRA[@]}" "$@"
 }

@@ -82,8 +82,8 @@ class Args(ScalingArgs, RunArgs):
     """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
     bf16: bool = False
     """run forward and backward passes under bfloat16 autocast (parameters and the optimizer stay fp32)"""
-    channels_last: bool = True
-    """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    channels_last: bool = False
+    """store conv activations channels-last (off: LayerNorm over (C, H, W) undoes the layout; slower here)"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (the first iteration pays a one-off compile, cached on
     disk; falls back to eager with a warning where inductor cannot build)"""
