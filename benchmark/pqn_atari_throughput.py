@@ -33,7 +33,7 @@ from cleanrl_scaling.pqn_atari import (Args, QNetwork, make_envs, make_optimizer
                                        minibatch_gradient, td_loss)
 
 
-def time_env(num_envs, steps=300):
+def time_env(num_envs, steps=200):
     envs = make_envs("Breakout-v5", num_envs, seed=0)
     envs.reset()
     actions = np.random.default_rng(0).integers(0, envs.action_space.n, size=(steps + 20, num_envs)).astype(np.int32)
@@ -45,7 +45,7 @@ def time_env(num_envs, steps=300):
     return (time.perf_counter() - start) / steps  # seconds per vector step
 
 
-def time_forward(net, num_envs, bf16, reps=100):
+def time_forward(net, num_envs, bf16, reps=50):
     obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for _ in range(10):
@@ -56,7 +56,7 @@ def time_forward(net, num_envs, bf16, reps=100):
     return (time.perf_counter() - start) / reps
 
 
-def time_update_step(net, mb_size, bf16, ours, reps=10):
+def time_update_step(net, mb_size, bf16, ours, reps=5):
     """One RAdam step through the script's own minibatch_gradient; `ours`: compiled loss and foreach RAdam as
     the script runs them, else eager with the for-loop RAdam (CleanRL's)."""
     args = Args()
@@ -152,8 +152,6 @@ def main():
     programs = [("ours fp32 (defaults)", lambda: run_ours([], opts.iterations), dict(eval_envs=8)),
                 ("ours fp32, --eval-envs 0", lambda: run_ours(["--eval-envs", "0"], opts.iterations), dict()),
                 ("ours --bf16", lambda: run_ours(["--bf16"], opts.iterations), dict(bf16=True, eval_envs=8)),
-                ("ours --bf16 --eval-envs 0", lambda: run_ours(["--bf16", "--eval-envs", "0"], opts.iterations),
-                 dict(bf16=True)),
                 ("ours --preset purejaxql", lambda: run_ours(pjq, max(3, opts.iterations // 4), batch=4096),
                  dict(num_envs=128, num_steps=32, minibatches=32, epochs=2, eval_envs=8))]
     if opts.cleanrl:

@@ -450,15 +450,14 @@ LEARNING = ["--env-id", "Breakout-v5", "--num-envs", "16", "--num-steps", "32", 
 
 
 @pytest.mark.slow
-def test_pqn_learns_breakout_within_minutes(tmp_path):
-    """120k steps (5-15 minutes on 2 CPU cores): the whole-game return of the last 30 games must clearly beat
-    the first 30 (played at epsilon near 1, random Breakout scores ~1.3). Checked once to fail with the
-    bootstrap's sign flipped in compute_q_lambda_targets."""
-    steps = 120_000
-    out = subprocess.run([sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", str(steps)]
+def test_pqn_learns_breakout_values_within_minutes(tmp_path):
+    """10k steps (a few minutes on 2 free CPU cores): the Q-values of the taken actions rise from their
+    initial ~-0.4 to the scale of the rewards they bootstrap (measured ~1.1-1.6 from 2k steps on). With the
+    bootstrap's sign flipped in compute_q_lambda_targets they stay at ~0 (measured <= 0.0 from 2k steps on).
+    Returns need far more steps to move than a test can afford here."""
+    out = subprocess.run([sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs"), "--total-timesteps", "10240"]
                          + LEARNING, capture_output=True, text=True, timeout=3600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (run_dir,) = run_dirs(tmp_path)
-    returns = [r["charts/episodic_return"] for r in read_metrics(run_dir) if "charts/episodic_return" in r]
-    first, last = np.mean(returns[:30]), np.mean(returns[-30:])
-    assert len(returns) >= 60 and last >= 2 * first and last >= 4.0, (first, last, len(returns))
+    q_values = [r["losses/q_values"] for r in read_metrics(run_dir) if "losses/q_values" in r]
+    assert len(q_values) == 20 and q_values[0] < 0.5 and min(q_values[-5:]) > 0.5, q_values
