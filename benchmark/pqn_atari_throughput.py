@@ -165,7 +165,8 @@ def main():
             sps, peak = run()
             samples[name].append(sps)
             peaks[name].append(peak)
-        print(f"repeat {repeat + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in samples.items()), flush=True)
+        print(f"repeat {repeat + 1} (SPS / bound / peak RSS MiB): " + ", ".join(
+            f"{n} {samples[n][-1]:.0f} / {bounds[n][-1]:.0f} / {peaks[n][-1]:.0f}" for n in samples), flush=True)
     median = {name: float(np.median(v)) for name, v in samples.items()}
     cleanrl = median.get("CleanRL (defaults)")
     print(f"\n{'run (median of ' + str(opts.repeats) + ')':<30}{'SPS':>8}{'bound':>8}{'of bound':>10}{'x CleanRL':>11}"
