@@ -3,7 +3,8 @@
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally (the bundled template).
-# Every run gets --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
+# A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py) before sourcing this file.
+# PPO runs get --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
 # M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,6 +12,7 @@ OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 TOTAL=${TOTAL:-100000000}
+SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_atari_envpool.py}
 LARGEST_BATCH=${LARGEST_BATCH:-1024}  # set by the figure script: its largest N x T, one update of every grid point
 [[ "$TOTAL" =~ ^[0-9]+$ && "$TOTAL" -ge "$LARGEST_BATCH" ]] || {
   echo "error: TOTAL=$TOTAL: must be an integer >= $LARGEST_BATCH (one update at this grid's largest N x T)" >&2; exit 2; }
@@ -19,12 +21,12 @@ read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
 [[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
-COMPAT=(--cleanrl-compat)
-[[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
+COMPAT=(--cleanrl-compat)  # only the PPO Atari script has CleanRL's compat mode
+[[ "${CLEANRL_COMPAT:-1}" == 0 || "$SCRIPT" != cleanrl_scaling/ppo_atari_envpool.py ]] && COMPAT=()
 
 launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_atari_envpool.py --job-name "$job" \
+  "$PYTHON" -m cleanrl_scaling.utils.launcher "$SCRIPT" --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${GAMES[@]}" --seeds "${SEEDS[@]}" \
     "${EXTRA[@]}" "$@" "${COMPAT[@]}"
 }

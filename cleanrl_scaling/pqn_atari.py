@@ -1,0 +1,1117 @@
+# PQN on Atari with envpool (Gallici et al. 2024): CleanRL's pqn_atari_envpool.py plus the scaling flags and
+# diagnostics of M25 (mayor2025) §6.1, the third member of the family. Docs: docs/pqn_atari.md
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import tyro
+
+
+# >>> shared:run-args
+@dataclass
+class RunArgs:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, mirror the run to Weights and Biases (set WANDB_MODE=offline to work without an account)"""
+    wandb_project_name: str = "cleanrl_scaling"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    runs_dir: str = "runs"
+    """where run directories are created"""
+    save_model: bool = False
+    """if toggled, save the final model to the run directory and evaluate it"""
+    checkpoint_every: int = 0
+    """write a checkpoint every K iterations (0 = only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to resume from (continues in that checkpoint's run directory)"""
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    """progress display: a bar on a terminal, plain periodic lines otherwise (auto)"""
+# <<< shared:run-args
+
+
+# >>> shared:scaling-args
+@dataclass
+class ScalingArgs:
+    minibatch_size: int = 0
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
+    """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
+    base_num_envs: int = 0
+    """number of envs of the base configuration for the recipes (0 = this script's default --num-envs)"""
+    minibatch_multiplier: int = 16
+    """hybrid recipe: minibatch size x b, minibatches x s/b, lr x sqrt(b) (B26 App. D used b=16)"""
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"
+    """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
+    diagnostics_every: int = 20
+    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    diagnostics_states: int = 4096
+    """at most this many states of the rollout batch are used by the diagnostics"""
+    kl_profile: bool = True
+    """on diagnostic iterations, write the per-minibatch-step seq/ref KL to kl_profile.jsonl (H25 Fig. 2)"""
+# <<< shared:scaling-args
+
+
+@dataclass
+class Args(ScalingArgs, RunArgs):
+    preset: Literal["cleanrl", "purejaxql"] = "cleanrl"
+    """defaults to start from: CleanRL's pqn_atari_envpool.py (M25's runs) or Gallici et al.'s own Atari setting"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    capture_video: bool = False
+    """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
+    bf16: bool = False
+    """run forward and backward passes under bfloat16 autocast (parameters and the optimizer stay fp32)"""
+    channels_last: bool = False
+    """store conv activations channels-last (off: LayerNorm over (C, H, W) undoes the layout; slower here)"""
+    compile: bool = True
+    """torch.compile the update's forward pass and loss (the first iteration pays a one-off compile, cached on
+    disk; falls back to eager with a warning where inductor cannot build)"""
+    update_chunk_size: int = 512
+    """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
+    eval_episodes: int = 10
+    """episodes to evaluate the saved model on (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment (any envpool Atari id)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments (global count under torchrun)"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for the Q-network"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    q_lambda: float = 0.65
+    """the lambda of the Q(lambda) targets"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the Q-network"""
+    max_grad_norm: float = 10.0
+    """the maximum norm for the gradient clipping"""
+    optimizer: Literal["radam", "adam"] = "radam"
+    """RAdam as CleanRL and Gallici et al.; adam is M25 Table 1's wording"""
+    adam_eps: float = 1e-8
+    """the optimizer's epsilon (M25 Table 1: 1e-8)"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.01
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.10
+    """the fraction of `total_timesteps` it takes from start_e to end_e"""
+    exploration_steps: int = 0
+    """if > 0, epsilon reaches end_e after this many steps instead (M25 Table 1: 250000)"""
+    eval_envs: int = 8
+    """greedy evaluation envs stepped beside the training envs, logged as charts/eval_return (0 = off)"""
+    eval_epsilon: float = 0.0
+    """epsilon of the evaluation policy (0 = greedy)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+@dataclass
+class PurejaxqlArgs(Args):
+    """Gallici et al.'s Atari setting (purejaxql): the other set of defaults, selected by --preset purejaxql."""
+    preset: Literal["cleanrl", "purejaxql"] = "purejaxql"
+    """defaults to start from: CleanRL's pqn_atari_envpool.py (M25's runs) or Gallici et al.'s own Atari setting"""
+    num_envs: int = 128
+    """the number of parallel game environments (global count under torchrun)"""
+    num_steps: int = 32
+    """the number of steps to run in each environment per policy rollout"""
+    num_minibatches: int = 32
+    """the number of mini-batches"""
+    update_epochs: int = 2
+    """the K epochs to update the Q-network"""
+    anneal_lr: bool = False
+    """Toggle learning rate annealing for the Q-network"""
+    end_e: float = 0.001
+    """the ending epsilon for exploration"""
+
+
+PRESETS = {"cleanrl": Args, "purejaxql": PurejaxqlArgs}
+
+
+# >>> shared:errors
+class UsageError(Exception):
+    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
+
+
+def exit_usage(err: Exception) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+# <<< shared:errors
+
+
+# >>> shared:scaling
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def resolve_scaling(args) -> dict:
+    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
+    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
+    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
+    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
+    check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
+    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
+          f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    batch = n * t
+    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
+    s = n / base_envs
+    lr = args.learning_rate
+    recipe = args.scaling_recipe
+    if recipe == "none":  # only the user's own batch matters
+        if args.minibatch_size > 0:
+            mb = args.minibatch_size
+        else:
+            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
+                  "choose a divisor or pass --minibatch-size")
+            mb = batch // m
+        base_mb = reference_mb
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_batch = base_envs * t
+        if args.minibatch_size > 0:
+            base_mb = args.minibatch_size
+            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+        else:
+            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+            base_mb = base_batch // m
+        b = args.minibatch_multiplier if recipe == "hybrid" else 1
+        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
+            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb = base_mb * b
+            lr = lr * math.sqrt(b)
+    check(mb >= 1 and batch % mb == 0,
+          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
+          "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
+    num_mb = batch // mb
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
+        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
+              f"--scaling-recipe {recipe}, which already scales the lr")
+        ratio = mb / reference_mb
+        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
+            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+# <<< shared:scaling
+
+
+# >>> shared:rundir
+def package_versions() -> dict:
+    from importlib import metadata
+    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def claim_run_dir(path: str) -> str:
+    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
+    candidate, k = path, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            k += 1
+            candidate = f"{path}-{k}"
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
+        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        self.kl_profile = None
+        from tensorboard.summary import Writer
+        self.tb = Writer(run_dir)
+        self.wandb = None
+        if args.track:
+            import wandb
+            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
+                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
+        self.t0 = time.time()
+        self.total_steps = total_steps
+        self.last_return = float("nan")
+        mode = args.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.mode, self.last_line = mode, 0.0
+
+    def _truncate_after(self, iteration: int) -> None:
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if iteration == 0 or not os.path.exists(path):
+            return
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        atomic_write(path, "".join(kept).encode())
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if "charts/episodic_return" in scalars:
+            self.last_return = float(scalars["charts/episodic_return"])
+
+    def log_profile(self, row: dict) -> None:
+        if self.kl_profile is None:
+            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
+        self.kl_profile.write(json.dumps(row) + "\n")
+
+    def progress(self, step: int, sps: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(step, self.total_steps)
+            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.refresh()
+        elif self.mode == "lines" and time.time() - self.last_line > 10:
+            self.last_line = time.time()
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+
+    def flush(self) -> None:
+        self.metrics.flush()
+        if self.kl_profile is not None:
+            self.kl_profile.flush()
+        self.tb.flush()
+
+    def close(self, summary: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
+        if self.bar is not None:
+            self.bar.close()
+        self.flush()
+        self.metrics.close()
+        if self.kl_profile is not None:
+            self.kl_profile.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+# <<< shared:rundir
+
+
+# >>> shared:checkpoint
+def save_checkpoint(path: str, state: dict) -> None:
+    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_checkpoint(path: str, script: str, signature: dict) -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
+    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+    check(isinstance(state, dict) and state.get("script") == script,
+          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; resume it with that script")
+    for key, value in signature.items():
+        saved = state["signature"].get(key)
+        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+              f"pass --{key.replace('_', '-')} {saved}")
+    return state
+# <<< shared:checkpoint
+
+
+# >>> shared:diagnostics
+def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
+    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
+
+
+def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
+    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
+    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
+    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
+
+
+def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
+    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
+    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
+    def smallest_k(values):
+        total = values.sum()
+        if total <= 0:
+            return 0
+        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
+    return smallest_k(sigma ** 2), smallest_k(sigma)
+
+
+def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
+    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
+    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
+    scores = []
+    for h in activations:
+        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
+        layer_mean = per_unit.mean()
+        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
+    scores = np.concatenate(scores)
+    return {tau: float(np.mean(scores <= tau)) for tau in taus}
+
+
+def log_grad_kurtosis(grad: np.ndarray) -> float:
+    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
+    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
+    centred = x - x.mean()
+    var = np.mean(centred ** 2)
+    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
+
+
+def ess_pct(log_ratio: np.ndarray) -> float:
+    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
+    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
+    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
+
+
+def policy_variance(outputs: np.ndarray) -> float:
+    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
+    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
+
+
+def kl_profile(kl_between) -> tuple:
+    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
+    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
+    num_steps = kl_between.num_policies - 1
+    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
+    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
+    return seq, ref
+
+# <<< shared:diagnostics
+
+
+def flat_numpy(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment and Q-network
+# ---------------------------------------------------------------------------------------------------------
+def import_envpool():
+    with contextlib.redirect_stderr(io.StringIO()):  # envpool imports the old gym, which prints a notice
+        import envpool
+    return envpool
+
+
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
+    envpool = import_envpool()
+    # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                        episodic_life=train, reward_clip=train)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def nature_cnn_layernorm() -> nn.Sequential:
+    """The Nature CNN with LayerNorm before every ReLU (Gallici et al. 2024 §4: what makes PQN stable
+    without a target network; M25 Table 1 'Normalization: LayerNorm')."""
+    return nn.Sequential(
+        layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.LayerNorm([32, 20, 20]), nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, 9, 9]), nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, 7, 7]), nn.ReLU(),
+        nn.Flatten(),
+        layer_init(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512), nn.ReLU(),
+    )
+
+
+class QNetwork(nn.Module):
+    def __init__(self, num_actions: int, channels_last: bool = False):
+        super().__init__()
+        self.channels_last = channels_last
+        self.network = nature_cnn_layernorm()
+        self.q_head = layer_init(nn.Linear(512, num_actions))
+
+    def forward(self, obs):
+        """uint8 frames [B, 4, 84, 84] -> Q-values [B, A]."""
+        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        x = obs.float().mul_(1.0 / 255.0)
+        return self.q_head(self.network(x))
+
+    def trunk_activations(self, obs) -> list:
+        """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics)."""
+        x = obs.float() / 255.0
+        outputs = []
+        for layer in self.network:
+            x = layer(x)
+            if isinstance(layer, nn.ReLU):
+                outputs.append(x)
+        return outputs
+
+
+def epsilon_at(step: int, args) -> float:
+    """Linear decay from --start-e to --end-e over --exploration-steps (or the fraction of the run), then flat."""
+    duration = args.exploration_steps or args.exploration_fraction * args.total_timesteps
+    frac = min(step / duration, 1.0)
+    return args.start_e + frac * (args.end_e - args.start_e)
+
+
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator=None) -> torch.Tensor:
+    """argmax_a Q(s, a), replaced by a uniform action with probability epsilon (two draws per env, always)."""
+    n, num_actions = q_values.shape
+    random_actions = torch.randint(0, num_actions, (n,), device=q_values.device, generator=generator)
+    explore = torch.rand(n, device=q_values.device, generator=generator) < epsilon
+    return torch.where(explore, random_actions, q_values.argmax(dim=-1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout, Q(lambda) targets and update
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Storage:
+    obs: torch.Tensor  # uint8 [T, N, 4, 84, 84]
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor  # obs[t] ends an episode (life): the env ignores actions[t] and resets
+    terminations: torch.Tensor  # obs[t] is terminal (no bootstrap); a truncation bootstraps from max Q(obs[t])
+    max_q: torch.Tensor  # max_a Q(obs[t], a) of the network that collected the rollout
+
+
+def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((num_steps, num_envs) + shape, dtype=dtype, device=device)
+    return Storage(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), rewards=zeros(), dones=zeros(),
+                   terminations=zeros(), max_q=zeros())
+
+
+class EpisodeStats:
+    """Whole-game return (all lives, unclipped reward) and length, reset on game over or truncation."""
+
+    def __init__(self, num_envs):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, info, truncated) -> list:
+        self.returns += info["reward"]
+        game_over = np.logical_or(info["terminated"].astype(bool), truncated)
+        finished = [(float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[game_over] = 0.0
+        return finished
+
+
+def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """On CPU one memcpy: torch's copy wakes its OpenMP pool for these 225 kB and takes ~10x longer."""
+    if dst.device.type == "cpu":
+        np.copyto(dst.numpy(), src.numpy())
+    else:
+        dst.copy_(src)
+
+
+class Evaluator:
+    """Greedy (--eval-epsilon) play on separate full-game envs, one step per training step: epsilon-greedy
+    training returns understate a value method. Its own generator: no draw from the training stream."""
+
+    def __init__(self, env_id, num_envs, seed, epsilon, device):
+        self.envs = make_envs(env_id, num_envs, seed, train=False)
+        self.stats = EpisodeStats(num_envs)
+        self.epsilon = epsilon
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.obs = torch.as_tensor(self.envs.reset()[0], device=device)
+
+    def step(self, q_values) -> list:
+        action = epsilon_greedy(q_values.float(), self.epsilon, self.generator)
+        obs_np, _, _, trunc, info = self.envs.step(action.cpu().numpy())
+        self.obs = torch.as_tensor(obs_np, device=self.obs.device)
+        return self.stats.update(info, trunc)
+
+
+def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator=None):
+    """Run num_steps epsilon-greedy steps in every env; returns (episodes finished, evaluation episodes
+    finished, the state after the rollout)."""
+    next_obs, next_done, next_term = state
+    num_envs = next_obs.shape[0]
+    finished, eval_finished = [], []
+    # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
+    # rollout) once, not at every step
+    with torch.no_grad(), autocast():
+        for step in range(args.num_steps):
+            store_frames(storage.obs[step], next_obs)
+            storage.dones[step] = next_done
+            storage.terminations[step] = next_term
+            obs = next_obs if evaluator is None else torch.cat([next_obs, evaluator.obs])  # one forward for both
+            q_values = q_network(obs).float()
+            train_q = q_values[:num_envs]
+            epsilon = epsilon_at(global_step + (step + 1) * args.num_envs, args)  # CleanRL counts this step
+            action = epsilon_greedy(train_q, epsilon)
+            storage.max_q[step] = train_q.max(dim=-1).values
+            storage.actions[step] = action
+            if evaluator is not None:
+                eval_finished += evaluator.step(q_values[num_envs:])
+            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
+            finished += stats.update(info, trunc)
+            storage.rewards[step] = torch.as_tensor(reward, device=device)
+            next_obs = torch.as_tensor(obs_np, device=device)
+            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
+    return finished, eval_finished, (next_obs, next_done, next_term)
+
+
+def compute_q_lambda_targets(rewards, max_q, dones, terminations, next_max_q, next_done, next_term, gamma, lam):
+    """Q(lambda) targets (Gallici et al. 2024 eq. 6, Peng and Williams' form), backwards over the rollout:
+    G_t = r_t + gamma (1 - term_{t+1}) [lam_t G_{t+1} + (1 - lam_t) max_a Q(s_{t+1}, a)],
+    lam_t = lam (1 - done_{t+1}): any episode end cuts the trace, only a termination drops the bootstrap
+    (a truncation bootstraps from the final observation envpool returns). The last step bootstraps from
+    max_a Q(s_T, a) (G_T := max_a Q(s_T, a)). Steps with dones[t] = 1 are envpool's reset steps (masked)."""
+    num_steps = rewards.shape[0]
+    targets = torch.zeros_like(rewards)
+    g = next_max_q
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            q_next, done_next, term_next = next_max_q, next_done, next_term
+        else:
+            q_next, done_next, term_next = max_q[t + 1], dones[t + 1], terminations[t + 1]
+        lam_t = lam * (1.0 - done_next)
+        g = rewards[t] + gamma * (1.0 - term_next) * (lam_t * g + (1.0 - lam_t) * q_next)
+        targets[t] = g
+    return targets
+
+
+def td_loss(q_network, obs, actions, targets, valid, count):
+    """Mean squared error between Q(s_t, a_t) and the Q(lambda) target, summed over the valid samples given
+    and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean (a
+    step whose action envpool ignored, right after a done, carries no learning signal)."""
+    q_taken = q_network(obs).float().gather(-1, actions[:, None]).squeeze(-1)
+    loss = ((q_taken - targets) ** 2 * valid).sum() / count
+    stats = torch.stack([loss.detach(), (q_taken.detach() * valid).sum() / count])
+    return loss, stats
+
+
+# >>> shared:torch-compile
+def maybe_compile(fn, enabled: bool):
+    """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
+    line and run eagerly: the same function, so training is unchanged up to float rounding."""
+    if not enabled:
+        return fn
+    active = [torch.compile(fn)]
+
+    def call(*args, **kwargs):
+        try:
+            return active[0](*args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            if active[0] is fn:
+                raise
+            reason = str(err).strip().splitlines()[0]
+            print(f"warning: torch.compile failed ({reason}); running eagerly (--no-compile skips it)", file=sys.stderr)
+            active[0] = fn
+            return fn(*args, **kwargs)
+    return call
+# <<< shared:torch-compile
+
+
+def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss) -> torch.Tensor:
+    """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
+    b_obs, b_actions, b_targets, b_valid = batch
+    valid = b_valid[idx]
+    count = valid.sum().clamp(min=1.0)
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else len(idx)
+    stats = 0.0
+    for c in range(0, len(idx), chunk):
+        j = idx[c:c + chunk]
+        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
+        with autocast():
+            loss, chunk_stats = loss_fn(q_network, obs, b_actions[j], b_targets[j], valid[c:c + chunk], count)
+        loss.backward()
+        stats = stats + chunk_stats
+    return stats
+
+
+# >>> shared:torch-distributed
+def allreduce_gradients(agent, world_size):
+    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
+    grads = [p.grad for p in agent.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def any_rank_says(flag: bool, world_size: int, device) -> bool:
+    """A decision every rank must take together (stop, diverged); one tiny all-reduce under torchrun."""
+    if world_size == 1:
+        return bool(flag)
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
+    return not any_rank_says(not flag, world_size, device)
+# <<< shared:torch-distributed
+
+
+def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=td_loss):
+    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    `probe` (diagnostics) sees the first gradient."""
+    device = batch[0].device
+    n = batch[0].shape[0]
+    stat_sum = torch.zeros(2, device=device)
+    grad_norm_sum = torch.zeros((), device=device)
+    steps = 0
+    for epoch in range(args.update_epochs):
+        perm = torch.randperm(n, device=device)
+        for start in range(0, n, mb_size):
+            optimizer.zero_grad(set_to_none=True)
+            stats = minibatch_gradient(q_network, batch, perm[start:start + mb_size], args, autocast, loss_fn)
+            if world_size > 1:
+                allreduce_gradients(q_network, world_size)
+            if probe is not None and steps == 0:
+                probe.first_gradient(q_network)
+            grad_norm_sum += nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stat_sum += stats
+            steps += 1
+    return stat_sum / steps, grad_norm_sum / steps, steps
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients.
+# The policy-ratio metrics (kl_behavior, DDR, ESS, seq/ref KL, policy variance) have no PQN counterpart
+# worth its cost (docs/metrics.md); greedy_change is what the KL of two epsilon-greedy policies measures.
+# ---------------------------------------------------------------------------------------------------------
+class DiagnosticProbe:
+    def __init__(self, q_network, obs, autocast, chunk):
+        if q_network.channels_last:  # converted once here, not in each forward pass
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        self.obs, self.autocast, self.chunk = obs, autocast, chunk or len(obs)
+        self.params_before = [p.detach().clone() for p in q_network.parameters()]
+        self.greedy_before = self.greedy_actions(q_network)
+        self.grad = None
+
+    def greedy_actions(self, q_network) -> np.ndarray:
+        with torch.no_grad(), self.autocast():
+            q = torch.cat([q_network(obs).float() for obs in self.obs.split(self.chunk)])
+        return q.argmax(dim=-1).cpu().numpy()
+
+    def representation(self, q_network) -> tuple:
+        """Penultimate features [S, 512] and, per hidden layer, mean |h| of every unit per state [S, units]
+        (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
+        magnitudes, features = [], []
+        with torch.no_grad():
+            for obs in self.obs.split(self.chunk):
+                hidden = q_network.trunk_activations(obs)
+                magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
+                features.append(hidden[-1].float())
+        per_layer = [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes)]
+        return torch.cat(features).cpu().numpy(), per_layer
+
+    def first_gradient(self, q_network):
+        self.grad = flat_numpy([p.grad for p in q_network.parameters() if p.grad is not None])
+
+    def results(self, q_network, grad_norm) -> dict:
+        features, magnitudes = self.representation(q_network)
+        rank, srank = feature_ranks(features)
+        dormant = dormant_fractions(magnitudes)
+        return {
+            "diagnostics/greedy_change": greedy_change(self.greedy_before, self.greedy_actions(q_network)),
+            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(q_network.parameters()) - flat_numpy(self.params_before))),
+            "diagnostics/grad_norm": float(grad_norm),
+            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
+            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(q_network.parameters()))),
+            "diagnostics/feature_rank": rank,
+            "diagnostics/srank": srank,
+            "diagnostics/dormant_frac": dormant[0.025],
+            "diagnostics/dormant_frac_tau0": dormant[0.0],
+            "diagnostics/dormant_frac_tau0.1": dormant[0.1],
+        }
+
+
+def greedy_change(before: np.ndarray, after: np.ndarray) -> float:
+    """Fraction of states whose greedy action the update changed: KL(pi_before || pi_after) of two
+    epsilon-greedy policies with one epsilon is this fraction x (1 - eps) log(1 + A (1 - eps) / eps)."""
+    return float(np.mean(before != after))
+
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation of a saved model (game score: no episodic life, no reward clipping)
+# ---------------------------------------------------------------------------------------------------------
+def evaluate(model_path, env_id, eval_episodes, epsilon, device, seed):
+    envs = make_envs(env_id, eval_episodes, seed, train=False)
+    q_network = QNetwork(envs.action_space.n).to(device)
+    q_network.load_state_dict(torch.load(model_path, map_location=device))
+    generator = torch.Generator(device=device).manual_seed(seed)
+    obs, _ = envs.reset()
+    returns = np.zeros(eval_episodes)
+    episode_returns = np.full(eval_episodes, np.nan)
+    while np.isnan(episode_returns).any():
+        with torch.no_grad():
+            action = epsilon_greedy(q_network(torch.as_tensor(obs, device=device)), epsilon, generator)
+        obs, reward, term, trunc, info = envs.step(action.cpu().numpy())
+        returns += reward
+        ended = np.logical_or(term, trunc) & np.isnan(episode_returns)
+        episode_returns[ended] = returns[ended]
+    envs.close()
+    return episode_returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: args -> validation -> seeding -> envs -> Q-network -> storage -> loop -> summary
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "pqn_atari"
+
+
+def parse_args(argv=None):
+    """--preset chooses the set of defaults (a dataclass) before tyro parses the rest: explicit flags win."""
+    argv = sys.argv[1:] if argv is None else argv
+    preset = "cleanrl"
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            preset = argv[i + 1]
+        elif arg.startswith("--preset="):
+            preset = arg.split("=", 1)[1]
+    return tyro.cli(PRESETS.get(preset, Args), args=argv)  # tyro rejects an unknown preset itself
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    envpool = import_envpool()
+    atari_ids = [e for e in envpool.list_all_envs() if e.endswith("-v5") and not e.startswith(("Procgen", "dm_"))]
+    check(args.env_id in atari_ids, f"--env-id {args.env_id!r} is not an envpool Atari id (e.g. Breakout-v5, Pong-v5)")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1 and 0 <= args.q_lambda <= 1, "--gamma and --q-lambda must lie in [0, 1]")
+    check(math.isfinite(args.max_grad_norm) and args.max_grad_norm > 0,
+          f"--max-grad-norm must be a finite number > 0 (got {args.max_grad_norm})")
+    check(math.isfinite(args.adam_eps) and args.adam_eps > 0, f"--adam-eps must be a finite number > 0 (got {args.adam_eps})")
+    for name in ("start_e", "end_e", "eval_epsilon"):
+        value = getattr(args, name)
+        check(0 <= value <= 1, f"--{name.replace('_', '-')} must lie in [0, 1] (got {value})")
+    check(args.exploration_steps >= 0, f"--exploration-steps must be >= 0 (got {args.exploration_steps})")
+    check(args.exploration_steps > 0 or 0 < args.exploration_fraction <= 1,
+          f"--exploration-fraction must lie in (0, 1] (got {args.exploration_fraction}), or pass --exploration-steps")
+    check(args.eval_envs >= 0, f"--eval-envs must be >= 0 (got {args.eval_envs})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
+    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
+    check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check(args.num_envs % world_size == 0,
+          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)
+    check(scaling["minibatch_size"] % world_size == 0,
+          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    check(args.total_timesteps >= scaling["batch_size"],
+          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
+    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_steps": args.num_steps}
+
+
+def make_optimizer(q_network, args):
+    if args.optimizer == "adam":  # M25 Table 1's wording
+        return torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
+    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, foreach=True)
+
+
+def main():
+    args = parse_args()
+    try:
+        scaling = validate(args)
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    # Data parallelism: each rank runs num_envs / world envs and averages gradients (SPEC §7)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    local_envs = args.num_envs // world_size
+    local_mb = scaling["minibatch_size"] // world_size
+    if rank == 0:
+        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
+
+    # Seeding (the Q-network's initial weights are the same on every rank; exploration differs per rank)
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # Envs (envpool cannot save its state: a resumed run restarts them with a fresh seed, SPEC §6)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
+    envs = make_envs(args.env_id, local_envs, env_seed)
+    evaluator = None
+    if args.eval_envs and rank == 0:  # greedy evaluation envs, seeded apart from the training envs
+        evaluator = Evaluator(args.env_id, args.eval_envs, env_seed + 500_009, args.eval_epsilon, device)
+    if ckpt and rank == 0:
+        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
+
+    # Q-network and optimizer
+    q_network = QNetwork(envs.action_space.n, args.channels_last).to(device)
+    if args.channels_last:
+        q_network = q_network.to(memory_format=torch.channels_last)
+    optimizer = make_optimizer(q_network, args)
+    torch.manual_seed(args.seed + rank)
+    if ckpt:
+        q_network.load_state_dict(ckpt["q_network"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        rng = ckpt["rng"][rank]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if device.type == "cuda" and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+        if evaluator is not None and rng.get("eval") is not None:
+            evaluator.generator.set_state(rng["eval"])
+
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    loss_fn = maybe_compile(td_loss, args.compile)
+
+    # Run directory (rank 0 logs and checkpoints)
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
+    run_dir = logger.run_dir if logger else run_dir
+    stop = StopFlag()
+
+    # Storage
+    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    stats = EpisodeStats(local_envs)
+    obs_np, _ = envs.reset()
+    zeros = torch.zeros(local_envs, device=device)
+    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)
+
+    global_step = ckpt["global_step"] if ckpt else 0
+    wall_offset = ckpt["wall_time"] if ckpt else 0.0
+    start_time, timed_steps, timed_from = time.time(), 0, None
+    status, iteration = "finished", start_iteration
+
+    def checkpoint(iteration):
+        rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                 "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                 "eval": evaluator.generator.get_state() if evaluator is not None else None}]
+        if world_size > 1:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, rngs[0])
+            rngs = gathered
+        if rank == 0:
+            save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+                "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+                "wall_time": wall_offset + time.time() - start_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+                "q_network": {k: v.cpu() for k, v in q_network.state_dict().items()},
+                "optimizer": optimizer.state_dict(), "rng": rngs})
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        q_network.eval()
+        finished, eval_finished, state = collect_rollout(envs, q_network, storage, state, stats, args, device,
+                                                         autocast, global_step, evaluator)
+        global_step += args.batch_size
+
+        with torch.no_grad(), autocast():
+            next_max_q = q_network(state[0]).float().max(dim=-1).values
+        targets = compute_q_lambda_targets(storage.rewards, storage.max_q, storage.dones, storage.terminations,
+                                           next_max_q, state[1], state[2], args.gamma, args.q_lambda)
+
+        # Flatten the batch; a step right after a done was ignored by the env and is masked out
+        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        batch = (b_obs, storage.actions.reshape(-1), targets.reshape(-1), 1.0 - storage.dones.reshape(-1))
+
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        probe = None
+        if diag_now:
+            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
+            # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+            chunk = 128 if device.type == "cpu" else args.update_chunk_size
+            probe = DiagnosticProbe(q_network, b_obs.index_select(0, idx), autocast, chunk)
+
+        q_network.train()
+        loss_stats, grad_norm, num_updates = update(q_network, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
+
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        loss_stats = loss_stats.cpu().numpy()
+        finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in q_network.parameters())
+        if not all_ranks_agree(finite, world_size, device):
+            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
+                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+
+        if rank == 0:
+            now = time.time()
+            if timed_from is None:  # SPS excludes the first iteration (warm-up)
+                timed_from, timed_steps = now, 0
+            else:
+                timed_steps += args.batch_size
+            sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
+            for ep_return, ep_length in finished:
+                logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
+            for ep_return, ep_length in eval_finished:
+                logger.log(global_step, iteration, {"charts/eval_return": ep_return, "charts/eval_length": ep_length})
+            scalars = {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "charts/SPS": sps,
+                "charts/epsilon": epsilon_at(global_step, args),
+                "losses/td_loss": loss_stats[0], "losses/q_values": loss_stats[1],
+            }
+            if probe is not None:
+                scalars.update(probe.results(q_network, grad_norm.item()))
+            logger.log(global_step, iteration, scalars)
+            logger.progress(global_step, sps)
+
+        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration)
+        if rank == 0:
+            logger.flush()
+        if status == "interrupted":
+            break
+
+    envs.close()
+    if evaluator is not None:
+        evaluator.envs.close()
+    if status == "finished":
+        checkpoint(iteration)
+    elapsed = time.time() - start_time
+    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else global_step / max(elapsed, 1e-9)
+    if rank == 0:
+        summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+                   "SPS_with_warmup": (global_step - (ckpt["global_step"] if ckpt else 0)) / max(elapsed, 1e-9)}
+        if args.save_model and status == "finished":
+            model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+            torch.save({k: v.cpu() for k, v in q_network.state_dict().items()}, model_path)
+            episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.eval_epsilon, device, args.seed + 10_000)
+            for i, ep_return in enumerate(episodic_returns):
+                logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
+            summary["eval_mean_return"] = float(np.mean(episodic_returns))
+            print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} episodes")
+        logger.close(summary)
+        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
+        if status == "interrupted":
+            print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
+    if world_size > 1:
+        dist.destroy_process_group()
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+if __name__ == "__main__":
+    main()
