@@ -3,12 +3,14 @@
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally (the bundled template).
+# A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py), GAMES and TOTAL first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 TOTAL=${TOTAL:-100000000}
+SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_atari_envpool.py}
 read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
 read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 Frostbite-v5 KungFuMaster-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5 Riverraid-v5}"
 EXTRA=()
@@ -17,7 +19,7 @@ EXTRA=()
 
 launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_atari_envpool.py --job-name "$job" \
+  "$PYTHON" -m cleanrl_scaling.utils.launcher "$SCRIPT" --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${GAMES[@]}" --seeds "${SEEDS[@]}" \
     "${EXTRA[@]}" "$@"
 }

@@ -401,9 +401,12 @@ def test_envpool_resume_restarts_the_envs_and_nan_stops(runs, tmp_path):
     keeps the last good checkpoint."""
     root, _ = runs
     smoke = run_dir_of(root / "smoke")
-    run_dir = tmp_path / "runs" / smoke.name  # a copy: the checkpoint names its run directory relative to the cwd
+    run_dir = tmp_path / "runs" / smoke.name
     shutil.copytree(smoke, run_dir)
     ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
+    state = pickle.load(open(ckpt_path, "rb"))
+    state["run_dir"] = str(run_dir)  # continue in the copy, not in the fixture's run directory
+    ckpt_path.write_bytes(pickle.dumps(state))
     good = ckpt_path.read_bytes()
     out = run(TINY + ["--separate-encoders", "--num-levels", "5", "--total-timesteps", "512", "--learning-rate", "1e35",
                       "--checkpoint-every", "1", "--diagnostics-every", "0", "--resume", str(ckpt_path)], tmp_path,
