@@ -309,12 +309,13 @@ PROCGEN = TINY + ["--env-backend", "procgen", "--num-levels", "3"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every tiny run the end-to-end tests look at, two at a time:
-    smoke: envpool, separate encoders, diagnostics, test returns, saved model (--compile: in the slow test);
+    smoke: envpool, --bf16, separate encoders, diagnostics, test returns, saved model (no --compile: a cold
+    compile of the IMPALA loss costs about a minute);
     plain / probed: procgen backend, 4 iterations, diagnostics and evaluation off / on every iteration;
     half: the same as plain for 2 iterations, then resumed to 4."""
     root = tmp_path_factory.mktemp("procgen_runs")
     jobs = {
-        "smoke": TINY + ["--total-timesteps", "256", "--diagnostics-every", "2", "--separate-encoders",
+        "smoke": TINY + ["--total-timesteps", "256", "--diagnostics-every", "2", "--separate-encoders", "--bf16",
                          "--num-levels", "5", "--eval-every", "2", "--eval-episodes", "2", "--save-model", "--seed", "3"],
         "plain": PROCGEN + ["--total-timesteps", "256", "--diagnostics-every", "0"],
         "probed": PROCGEN + ["--total-timesteps", "256", "--diagnostics-every", "1", "--eval-every", "1",
