@@ -1,0 +1,1285 @@
+# PPO on Procgen (envpool or the procgen package): CleanRL's ppo_procgen.py plus the scaling flags and diagnostics
+# of B26 (beukman2026), M25 (mayor2025) and H25 (honari2025), and Cobbe et al.'s train/test levels. Docs: docs/ppo_procgen.md
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import tyro
+
+
+# >>> shared:run-args
+@dataclass
+class RunArgs:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, mirror the run to Weights and Biases (set WANDB_MODE=offline to work without an account)"""
+    wandb_project_name: str = "cleanrl_scaling"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    runs_dir: str = "runs"
+    """where run directories are created"""
+    save_model: bool = False
+    """if toggled, save the final model to the run directory and evaluate it"""
+    checkpoint_every: int = 0
+    """write a checkpoint every K iterations (0 = only at the end and on SIGINT/SIGTERM)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to resume from (continues in that checkpoint's run directory)"""
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    """progress display: a bar on a terminal, plain periodic lines otherwise (auto)"""
+# <<< shared:run-args
+
+
+# >>> shared:scaling-args
+@dataclass
+class ScalingArgs:
+    minibatch_size: int = 0
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
+    """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
+    base_num_envs: int = 0
+    """number of envs of the base configuration for the recipes (0 = this script's default --num-envs)"""
+    minibatch_multiplier: int = 16
+    """hybrid recipe: minibatch size x b, minibatches x s/b, lr x sqrt(b) (B26 App. D used b=16)"""
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"
+    """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
+    diagnostics_every: int = 20
+    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    diagnostics_states: int = 4096
+    """at most this many states of the rollout batch are used by the diagnostics"""
+    kl_profile: bool = True
+    """on diagnostic iterations, write the per-minibatch-step seq/ref KL to kl_profile.jsonl (H25 Fig. 2)"""
+# <<< shared:scaling-args
+
+
+@dataclass
+class Args(ScalingArgs, RunArgs):
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    capture_video: bool = False
+    """(CleanRL flag; neither backend renders here) rejected with a clear message if set"""
+    bf16: bool = False
+    """run forward and backward passes under bfloat16 autocast (parameters and Adam stay fp32)"""
+    channels_last: bool = True
+    """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    compile: bool = True
+    """torch.compile the update's forward pass and loss (the first iteration pays a one-off compile, cached on
+    disk; falls back to eager with a warning where inductor cannot build)"""
+    update_chunk_size: int = 512
+    """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
+    eval_episodes: int = 32
+    """episodes per evaluation, one per env (charts/test_return, and the saved model with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "starpilot"
+    """the id of the environment (a Procgen game: bigfish, bossfight, caveflyer, chaser, climber, coinrun,
+    dodgeball, fruitbot, heist, jumper, leaper, maze, miner, ninja, plunder, starpilot)"""
+    distribution_mode: Literal["easy", "hard", "extreme", "memory"] = "easy"
+    """Procgen's difficulty (M25 and CleanRL: easy)"""
+    env_backend: Literal["envpool", "procgen"] = "envpool"
+    """envpool (C++ threads) or the procgen package's ProcgenEnv (the reference M25 and CleanRL used)"""
+    num_levels: int = 0
+    """train on this many levels (Cobbe et al.: 200); 0 = the full level distribution (M25, CleanRL)"""
+    start_level: int = 0
+    """the first training level"""
+    eval_every: int = 25
+    """with --num-levels > 0: log charts/test_return on the full level distribution every K iterations (0 = never)"""
+    norm_reward: bool = True
+    """divide rewards by a running std of the discounted return and clip to +-10 (CleanRL's NormalizeReward)"""
+    total_timesteps: int = 25_000_000
+    """total timesteps of the experiments"""
+    learning_rate: float = 5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 64
+    """the number of parallel game environments (global count under torchrun)"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = False
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.999
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 8
+    """the number of mini-batches"""
+    update_epochs: int = 3
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+    separate_encoders: bool = False
+    """actor and critic each get their own IMPALA-CNN trunk (M25 §5.2, Fig. 5)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+# >>> shared:errors
+class UsageError(Exception):
+    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
+
+
+def exit_usage(err: Exception) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+# <<< shared:errors
+
+
+# >>> shared:scaling
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def resolve_scaling(args) -> dict:
+    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
+    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
+    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
+    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
+    check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
+    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
+          f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    batch = n * t
+    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
+    s = n / base_envs
+    lr = args.learning_rate
+    recipe = args.scaling_recipe
+    if recipe == "none":  # only the user's own batch matters
+        if args.minibatch_size > 0:
+            mb = args.minibatch_size
+        else:
+            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
+                  "choose a divisor or pass --minibatch-size")
+            mb = batch // m
+        base_mb = reference_mb
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_batch = base_envs * t
+        if args.minibatch_size > 0:
+            base_mb = args.minibatch_size
+            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+        else:
+            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+            base_mb = base_batch // m
+        b = args.minibatch_multiplier if recipe == "hybrid" else 1
+        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
+            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb = base_mb * b
+            lr = lr * math.sqrt(b)
+    check(mb >= 1 and batch % mb == 0,
+          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
+          "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
+    num_mb = batch // mb
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
+        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
+              f"--scaling-recipe {recipe}, which already scales the lr")
+        ratio = mb / reference_mb
+        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
+            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+# <<< shared:scaling
+
+
+# >>> shared:rundir
+def package_versions() -> dict:
+    from importlib import metadata
+    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def claim_run_dir(path: str) -> str:
+    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
+    candidate, k = path, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            k += 1
+            candidate = f"{path}-{k}"
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
+        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        self.kl_profile = None
+        from tensorboard.summary import Writer
+        self.tb = Writer(run_dir)
+        self.wandb = None
+        if args.track:
+            import wandb
+            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
+                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
+        self.t0 = time.time()
+        self.total_steps = total_steps
+        self.last_return = float("nan")
+        mode = args.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.mode, self.last_line = mode, 0.0
+
+    def _truncate_after(self, iteration: int) -> None:
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if iteration == 0 or not os.path.exists(path):
+            return
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        atomic_write(path, "".join(kept).encode())
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if "charts/episodic_return" in scalars:
+            self.last_return = float(scalars["charts/episodic_return"])
+
+    def log_profile(self, row: dict) -> None:
+        if self.kl_profile is None:
+            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
+        self.kl_profile.write(json.dumps(row) + "\n")
+
+    def progress(self, step: int, sps: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(step, self.total_steps)
+            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.refresh()
+        elif self.mode == "lines" and time.time() - self.last_line > 10:
+            self.last_line = time.time()
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+
+    def flush(self) -> None:
+        self.metrics.flush()
+        if self.kl_profile is not None:
+            self.kl_profile.flush()
+        self.tb.flush()
+
+    def close(self, summary: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
+        if self.bar is not None:
+            self.bar.close()
+        self.flush()
+        self.metrics.close()
+        if self.kl_profile is not None:
+            self.kl_profile.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+# <<< shared:rundir
+
+
+# >>> shared:checkpoint
+def save_checkpoint(path: str, state: dict) -> None:
+    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_checkpoint(path: str, script: str, signature: dict) -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
+    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+    check(isinstance(state, dict) and state.get("script") == script,
+          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; resume it with that script")
+    for key, value in signature.items():
+        saved = state["signature"].get(key)
+        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+              f"pass --{key.replace('_', '-')} {saved}")
+    return state
+# <<< shared:checkpoint
+
+
+# >>> shared:diagnostics
+def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
+    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
+
+
+def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
+    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
+    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
+    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
+
+
+def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
+    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
+    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
+    def smallest_k(values):
+        total = values.sum()
+        if total <= 0:
+            return 0
+        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
+    return smallest_k(sigma ** 2), smallest_k(sigma)
+
+
+def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
+    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
+    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
+    scores = []
+    for h in activations:
+        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
+        layer_mean = per_unit.mean()
+        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
+    scores = np.concatenate(scores)
+    return {tau: float(np.mean(scores <= tau)) for tau in taus}
+
+
+def log_grad_kurtosis(grad: np.ndarray) -> float:
+    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
+    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
+    centred = x - x.mean()
+    var = np.mean(centred ** 2)
+    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
+
+
+def ess_pct(log_ratio: np.ndarray) -> float:
+    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
+    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
+    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
+
+
+def policy_variance(outputs: np.ndarray) -> float:
+    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
+    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
+
+
+def kl_profile(kl_between) -> tuple:
+    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
+    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
+    num_steps = kl_between.num_policies - 1
+    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
+    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
+    return seq, ref
+
+# <<< shared:diagnostics
+
+
+def flat_numpy(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment and agent
+# ---------------------------------------------------------------------------------------------------------
+GAMES = ["bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",
+         "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot"]
+
+
+def import_envpool():
+    with contextlib.redirect_stderr(io.StringIO()):  # envpool imports the old gym, which prints a notice
+        import envpool
+    return envpool
+
+
+def envpool_id(game: str, mode: str) -> str:
+    return f"{game.capitalize()}{mode.capitalize()}-v0"  # starpilot, easy -> StarpilotEasy-v0
+
+
+class EnvpoolProcgen:
+    """envpool's Procgen: frames [N, 64, 64, 3] uint8, the game's own rewards. It resets an env on the step
+    *after* the one that ended its episode; that step ignores the action (masked out of the loss)."""
+    ignores_step_after_done = True
+
+    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
+        self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
+                                          num_levels=num_levels, start_level=start_level, channel_first=False)
+        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
+
+    def reset(self):
+        return self.envs.reset()
+
+    def step(self, actions):
+        obs, reward, term, trunc, info = self.envs.step(actions)
+        return obs, reward, term, trunc, {"elapsed_step": info["elapsed_step"]}
+
+    def get_state(self):
+        return None  # envpool cannot read its C++ env state: a resumed run restarts the envs (SPEC §6)
+
+    def close(self):
+        self.envs.close()
+
+
+class ProcgenPackage:
+    """The procgen package's ProcgenEnv behind the same interface. It resets in the same step that ends an
+    episode (the returned frame is the new episode's first), so no step is ignored; every end is a termination."""
+    ignores_step_after_done = False
+
+    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
+        import gymnasium
+        with contextlib.redirect_stderr(io.StringIO()):
+            from procgen import ProcgenEnv
+        self.envs = ProcgenEnv(num_envs=num_envs, env_name=game, num_levels=num_levels, start_level=start_level,
+                               distribution_mode=mode, rand_seed=seed)
+        space = self.envs.observation_space["rgb"]
+        self.observation_space = gymnasium.spaces.Box(0, 255, space.shape, space.dtype)
+        self.action_space = gymnasium.spaces.Discrete(self.envs.action_space.n)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self):
+        self.lengths[:] = 0
+        return self.envs.reset()["rgb"], {}
+
+    def step(self, actions):
+        obs, reward, done, _ = self.envs.step(actions)
+        self.lengths += 1
+        info = {"elapsed_step": self.lengths.copy()}
+        self.lengths[done] = 0
+        return obs["rgb"], reward.astype(np.float32), done, np.zeros_like(done), info
+
+    def get_state(self):
+        """The games' full state (gym3's get_state) and the step counters: enough for a bit-exact resume."""
+        return {"games": self.envs.env.get_state(), "lengths": self.lengths.copy()}
+
+    def set_state(self, state):
+        self.envs.env.set_state(state["games"])
+        self.lengths[:] = state["lengths"]
+
+    def close(self):
+        self.envs.close()
+
+
+def make_envs(args, num_envs: int, seed: int, test: bool = False):
+    """Training envs on levels [start_level, start_level + num_levels), or with test=True the full level
+    distribution (Cobbe et al. 2020's generalisation protocol)."""
+    backend = EnvpoolProcgen if args.env_backend == "envpool" else ProcgenPackage
+    num_levels, start_level = (0, 0) if test else (args.num_levels, args.start_level)
+    return backend(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level)
+
+
+class RewardNormalizer:
+    """CleanRL's gym.wrappers.NormalizeReward + clip (gym 0.23): rewards divided by the running std of each
+    env's discounted return, then clipped to +-clip. The std runs over steps whose action the env used."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
+        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.returns = np.zeros(num_envs)
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # gym's RunningMeanStd prior
+
+    def update_moments(self, x: np.ndarray) -> None:
+        """Chan et al.'s parallel update of the running mean and (population) variance."""
+        batch_mean, batch_var, n = float(np.mean(x)), float(np.var(x)), len(x)
+        delta, total = batch_mean - self.mean, self.count + n
+        m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total
+        self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, used: np.ndarray) -> np.ndarray:
+        self.returns = self.returns * self.gamma + reward
+        if used.any():
+            self.update_moments(self.returns[used])
+        normalized = reward / np.sqrt(self.var + self.epsilon)
+        self.returns[done] = 0.0
+        return np.clip(normalized, -self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.copy(), "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns = state["returns"].copy()
+        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+# IMPALA CNN (Espeholt et al. 2018), as CleanRL's ppo_procgen: PyTorch's default init in the trunk,
+# orthogonal init in the heads. `acts`, when a list, collects every post-ReLU hidden output (diagnostics).
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x, acts=None):
+        h0 = torch.relu(x)
+        h1 = torch.relu(self.conv0(h0))
+        if acts is not None:
+            acts += [h0, h1]
+        return x + self.conv1(h1)
+
+
+class ConvSequence(nn.Module):
+    """conv 3x3, max-pool 3x3 stride 2 (halves the frame), two residual blocks."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.res0, self.res1 = ResidualBlock(out_channels), ResidualBlock(out_channels)
+
+    def forward(self, x, acts=None):
+        x = nn.functional.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
+        return self.res1(self.res0(x, acts), acts)
+
+
+class ImpalaCNN(nn.Module):
+    """64x64x3 frames -> 256 features: conv sequences of 16, 32, 32 channels, ReLU, dense 256, ReLU (M25 Table 2)."""
+
+    def __init__(self, channels=(16, 32, 32), size: int = 64, hidden: int = 256):
+        super().__init__()
+        stacks, in_channels = [], 3
+        for out_channels in channels:
+            stacks.append(ConvSequence(in_channels, out_channels))
+            in_channels, size = out_channels, (size + 1) // 2
+        self.stacks = nn.ModuleList(stacks)
+        self.dense = nn.Linear(in_channels * size * size, hidden)
+
+    def forward(self, x, acts=None):
+        for stack in self.stacks:
+            x = stack(x, acts)
+        x = torch.relu(x)
+        hidden = torch.relu(self.dense(x.flatten(1)))
+        if acts is not None:
+            acts += [x, hidden]
+        return hidden
+
+
+class Agent(nn.Module):
+    def __init__(self, num_actions: int, separate_encoders: bool = False, channels_last: bool = False):
+        super().__init__()
+        self.channels_last = channels_last
+        self.network = ImpalaCNN()
+        self.critic_network = ImpalaCNN() if separate_encoders else None  # M25 §5.2
+        self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(256, 1), std=1)
+
+    def preprocess(self, obs):
+        """uint8 frames [B, 64, 64, 3] -> float [B, 3, 64, 64] in [0, 1]. The permuted view of HWC frames is
+        already channels-last in memory: no copy unless the default layout is asked for."""
+        x = obs.permute(0, 3, 1, 2)
+        if not self.channels_last:
+            x = x.contiguous()
+        return x.float().mul_(1.0 / 255.0)
+
+    def forward(self, obs):
+        """uint8 frames [B, 64, 64, 3] -> (logits, value)."""
+        x = self.preprocess(obs)
+        hidden = self.network(x)
+        critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
+        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+
+    def trunk_activations(self, obs, critic: bool = False) -> list:
+        """Post-ReLU outputs of every hidden layer, the 256 features last (dormant units, feature rank)."""
+        acts = []
+        (self.critic_network if critic else self.network)(self.preprocess(obs), acts)
+        return acts
+
+
+def sample_actions(logits: torch.Tensor, generator=None) -> tuple:
+    """Gumbel-max sampling: the same distribution as Categorical(logits).sample(), without its overhead."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    noise = torch.empty_like(logp_all).exponential_(generator=generator).log_()
+    actions = torch.argmax(logp_all - noise, dim=-1)
+    return actions, logp_all.gather(-1, actions[:, None]).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout, advantages and update
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Storage:
+    obs: torch.Tensor  # uint8 [T, N, 64, 64, 3]
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor  # normalised (what PPO learns from)
+    dones: torch.Tensor  # an episode ended between obs[t-1] and obs[t] (envpool: obs[t] is its last frame)
+    terminations: torch.Tensor  # ... by termination (no bootstrap); an envpool truncation bootstraps from V(obs[t])
+    values: torch.Tensor
+
+
+def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((num_steps, num_envs) + shape, dtype=dtype, device=device)
+    return Storage(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), logprobs=zeros(),
+                   rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
+
+
+class EpisodeStats:
+    """The game's own return (before normalisation) and length of every finished episode."""
+
+    def __init__(self, num_envs):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, reward, ended, elapsed_step) -> list:
+        self.returns += reward
+        finished = [(float(self.returns[i]), int(elapsed_step[i])) for i in np.flatnonzero(ended)]
+        self.returns[ended] = 0.0
+        return finished
+
+
+def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """On CPU one memcpy: torch's copy wakes its OpenMP pool for a few hundred kB and takes far longer."""
+    if dst.device.type == "cpu":
+        np.copyto(dst.numpy(), src.numpy())
+    else:
+        dst.copy_(src)
+
+
+def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast):
+    """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
+    next_obs, next_done, next_term = state
+    finished = []
+    # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
+    # rollout) once, not at every step
+    with torch.no_grad(), autocast():
+        for step in range(args.num_steps):
+            store_frames(storage.obs[step], next_obs)
+            storage.dones[step] = next_done
+            storage.terminations[step] = next_term
+            logits, value = agent(next_obs)
+            action, logprob = sample_actions(logits.float())
+            storage.values[step] = value.float()
+            storage.actions[step] = action
+            storage.logprobs[step] = logprob
+            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
+            ended = np.logical_or(term, trunc)
+            finished += stats.update(reward, ended, info["elapsed_step"])
+            if normalizer is not None:
+                used = next_done.cpu().numpy() == 0 if envs.ignores_step_after_done else np.ones_like(ended)
+                reward = normalizer(reward, ended, used)
+            storage.rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(obs_np, device=device)
+            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(ended, dtype=torch.float32, device=device)
+    return finished, (next_obs, next_done, next_term)
+
+
+def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
+    """GAE (Schulman et al. 2016): dones[t+1] says an episode ended between obs[t] and obs[t+1] (envpool:
+    obs[t+1] is its last frame; procgen: the next episode's first), so the trace stops there; only a
+    termination (not an envpool truncation) drops the bootstrap V(obs[t+1])."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            v_next, done_next, term_next = next_value, next_done, next_term
+        else:
+            v_next, done_next, term_next = values[t + 1], dones[t + 1], terminations[t + 1]
+        delta = rewards[t] + gamma * v_next * (1.0 - term_next) - values[t]
+        lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def normalize_advantages(advantages, valid):
+    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std)."""
+    count = valid.sum()
+    mean = (advantages * valid).sum() / count.clamp(min=1.0)
+    var = ((advantages - mean) ** 2 * valid).sum() / (count - 1).clamp(min=1.0)
+    return (advantages - mean) / (var.sqrt() + 1e-8)
+
+
+def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, summed over the valid samples
+    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean
+    (a step whose action envpool ignored, right after a done, carries no learning signal)."""
+    logits, newvalue = agent(obs)
+    logits, newvalue = logits.float(), newvalue.float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    newlogprob = logp_all.gather(-1, actions[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    logratio = newlogprob - logprobs
+    ratio = logratio.exp()
+    def mean(x):
+        return (x * valid).sum() / count
+    with torch.no_grad():
+        old_approx_kl = mean(-logratio)
+        approx_kl = mean((ratio - 1) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
+    pg_loss = mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
+    if args.clip_vloss:
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * mean(torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2))
+    else:
+        v_loss = 0.5 * mean((newvalue - returns) ** 2)
+    entropy_loss = mean(entropy)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
+    return loss, stats
+
+
+# >>> shared:torch-compile
+def maybe_compile(fn, enabled: bool):
+    """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
+    line and run eagerly: the same function, so training is unchanged up to float rounding."""
+    if not enabled:
+        return fn
+    active = [torch.compile(fn)]
+
+    def call(*args, **kwargs):
+        try:
+            return active[0](*args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            if active[0] is fn:
+                raise
+            reason = str(err).strip().splitlines()[0]
+            print(f"warning: torch.compile failed ({reason}); running eagerly (--no-compile skips it)", file=sys.stderr)
+            active[0] = fn
+            return fn(*args, **kwargs)
+    return call
+# <<< shared:torch-compile
+
+
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss) -> torch.Tensor:
+    """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
+    valid = b_valid[idx]
+    count = valid.sum().clamp(min=1.0)
+    advantages = normalize_advantages(b_advantages[idx], valid) if args.norm_adv else b_advantages[idx]
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else len(idx)
+    stats = 0.0
+    for c in range(0, len(idx), chunk):
+        j = idx[c:c + chunk]
+        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
+        with autocast():
+            loss, chunk_stats = loss_fn(agent, obs, b_actions[j], b_logprobs[j], advantages[c:c + chunk],
+                                         b_returns[j], b_values[j], valid[c:c + chunk], count, args)
+        loss.backward()
+        stats = stats + chunk_stats
+    return stats
+
+
+# >>> shared:torch-distributed
+def allreduce_gradients(agent, world_size):
+    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
+    grads = [p.grad for p in agent.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def any_rank_says(flag: bool, world_size: int, device) -> bool:
+    """A decision every rank must take together (stop, diverged); one tiny all-reduce under torchrun."""
+    if world_size == 1:
+        return bool(flag)
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
+    return not any_rank_says(not flag, world_size, device)
+# <<< shared:torch-distributed
+
+
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
+    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
+    device = batch[0].device
+    n = batch[0].shape[0]
+    stat_sum = torch.zeros(6, device=device)
+    grad_norm_sum = torch.zeros((), device=device)
+    steps = 0
+    for epoch in range(args.update_epochs):
+        perm = torch.randperm(n, device=device)
+        for start in range(0, n, mb_size):
+            optimizer.zero_grad(set_to_none=True)
+            stats = minibatch_gradient(agent, batch, perm[start:start + mb_size], args, autocast, loss_fn)
+            if world_size > 1:
+                allreduce_gradients(agent, world_size)
+            if probe is not None and steps == 0:
+                probe.first_gradient(agent)
+            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stat_sum += stats
+            steps += 1
+            if probe is not None:
+                probe.after_step(agent)
+        if args.target_kl is not None:
+            approx_kl = stats[4].clone()
+            if world_size > 1:  # every rank must take the same decision
+                dist.all_reduce(approx_kl, op=dist.ReduceOp.SUM)
+                approx_kl /= world_size
+            if approx_kl.item() > args.target_kl:
+                break
+    return stat_sum / steps, grad_norm_sum / steps, steps
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# ---------------------------------------------------------------------------------------------------------
+class DiagnosticProbe:
+    def __init__(self, agent, obs, actions, autocast, chunk):
+        self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
+        self.params_before = [p.detach().clone() for p in agent.parameters()]
+        self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
+        self.grad = None
+
+    def policy_logp(self, agent) -> np.ndarray:
+        with torch.no_grad(), self.autocast():
+            logits = torch.cat([agent(obs)[0] for obs in self.obs.split(self.chunk)])
+        return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+    def representation(self, agent, critic: bool) -> tuple:
+        """Penultimate features [S, 256] and, per hidden layer, mean |h| of every unit per state [S, units]
+        (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
+        magnitudes, features = [], []
+        with torch.no_grad():
+            for obs in self.obs.split(self.chunk):
+                hidden = agent.trunk_activations(obs, critic)
+                magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
+                features.append(hidden[-1].float())
+        per_layer = [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes)]
+        return torch.cat(features).cpu().numpy(), per_layer
+
+    def first_gradient(self, agent):
+        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
+
+    def after_step(self, agent):
+        self.logps.append(self.policy_logp(agent))
+
+    def __call__(self, i, j):
+        return categorical_kl(self.logps[i], self.logps[j])
+
+    @property
+    def num_policies(self):
+        return len(self.logps)
+
+    def results(self, agent, batch_size, grad_norm) -> tuple:
+        logp_behavior, logp_after = self.logps[0], self.logps[-1]
+        kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
+        seq, ref = kl_profile(self)
+        acts = self.actions.cpu().numpy()
+        log_ratio = np.take_along_axis(logp_after - logp_behavior, acts[:, None], axis=1)[:, 0]
+        out = {
+            "diagnostics/kl_behavior": kl_behavior,
+            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+            "diagnostics/seq_kl_mean": float(np.mean(seq)),
+            "diagnostics/ref_kl_mean": float(np.mean(ref)),
+            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
+            "diagnostics/grad_norm": float(grad_norm),
+            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
+            "diagnostics/ess_pct": ess_pct(log_ratio),
+            "diagnostics/policy_variance": policy_variance(np.exp(logp_after)),
+            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
+        }
+        trunks = [("", False)] + ([("critic_", True)] if agent.critic_network is not None else [])
+        for prefix, critic in trunks:
+            features, magnitudes = self.representation(agent, critic)
+            rank, srank = feature_ranks(features)
+            dormant = dormant_fractions(magnitudes)
+            out[f"diagnostics/{prefix}feature_rank"] = rank
+            out[f"diagnostics/{prefix}srank"] = srank
+            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+        if agent.critic_network is not None:
+            actor_params = [p for n, p in agent.named_parameters() if not n.startswith("critic")]
+            critic_params = [p for n, p in agent.named_parameters() if n.startswith("critic")]
+            out["diagnostics/actor_weight_norm"] = float(np.linalg.norm(flat_numpy(actor_params)))
+            out["diagnostics/critic_weight_norm"] = float(np.linalg.norm(flat_numpy(critic_params)))
+        return out, seq, ref
+
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation on the full level distribution (Cobbe et al. 2020): the game's own score, sampled actions
+# ---------------------------------------------------------------------------------------------------------
+def evaluate(agent, args, episodes, seed, device, autocast):
+    """One episode in each of `episodes` test envs. Its own torch generator: training's RNG stream is untouched."""
+    envs = make_envs(args, episodes, seed, test=True)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    obs, _ = envs.reset()
+    returns = np.zeros(episodes)
+    episode_returns = np.full(episodes, np.nan)
+    with torch.no_grad(), autocast():
+        while np.isnan(episode_returns).any():
+            logits, _ = agent(torch.as_tensor(obs, device=device))
+            action, _ = sample_actions(logits.float(), generator)
+            obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
+            returns += reward
+            ended = np.logical_or(term, trunc) & np.isnan(episode_returns)
+            episode_returns[ended] = returns[ended]
+    envs.close()
+    return episode_returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_procgen"
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check(args.env_id in GAMES, f"--env-id {args.env_id!r} is not a Procgen game (e.g. starpilot, bigfish, coinrun)")
+    # the (game, mode) pairs Procgen defines are the ones envpool registers (e.g. no bigfish extreme)
+    modes = [m for m in ("easy", "hard", "extreme", "memory") if envpool_id(args.env_id, m) in import_envpool().list_all_envs()]
+    check(args.distribution_mode in modes,
+          f"--distribution-mode {args.distribution_mode}: {args.env_id} has only {', '.join(modes)}")
+    check(args.num_levels >= 0, f"--num-levels must be >= 0 (got {args.num_levels}; 0 = all levels)")
+    check(args.start_level >= 0, f"--start-level must be >= 0 (got {args.start_level})")
+    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
+    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
+    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
+    check(not args.capture_video, "--capture-video: not supported here; evaluate the saved model with --save-model")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check(args.num_envs % world_size == 0,
+          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)
+    check(scaling["minibatch_size"] % world_size == 0,
+          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    check(args.total_timesteps >= scaling["batch_size"],
+          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
+    return {"env_id": args.env_id, "distribution_mode": args.distribution_mode, "env_backend": args.env_backend,
+            "num_levels": args.num_levels, "start_level": args.start_level, "norm_reward": args.norm_reward,
+            "separate_encoders": args.separate_encoders, "num_envs": args.num_envs, "num_steps": args.num_steps}
+
+
+def main():
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    # Data parallelism: each rank runs num_envs / world envs and averages gradients (SPEC §7)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    local_envs = args.num_envs // world_size
+    local_mb = scaling["minibatch_size"] // world_size
+    if rank == 0:
+        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
+
+    # Seeding (the agent's initial weights are the same on every rank; sampling differs per rank)
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # Envs. procgen's games save their state, so a resumed run continues them bit for bit; envpool's cannot,
+    # so a resumed envpool run restarts them with a fresh seed (SPEC §6)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    saved_envs = ckpt["envs"][rank] if ckpt else None
+    restore = saved_envs is not None and saved_envs["games"] is not None
+    env_seed = args.seed + rank * local_envs + (0 if restore else 1_000_003 * start_iteration)
+    envs = make_envs(args, local_envs, env_seed)
+    if ckpt and rank == 0:
+        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); " +
+              ("envs continue from their saved state" if restore else f"envs restart with seed {env_seed}"))
+
+    # Agent and optimizer
+    agent = Agent(envs.action_space.n, args.separate_encoders, args.channels_last).to(device)
+    if args.channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
+    torch.manual_seed(args.seed + rank)
+    if ckpt:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
+        rng = ckpt["rng"][rank]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if device.type == "cuda" and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    loss_fn = maybe_compile(ppo_loss, args.compile)
+
+    # Run directory (rank 0 logs and checkpoints)
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
+    run_dir = logger.run_dir if logger else run_dir
+    stop = StopFlag()
+
+    # Storage
+    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    stats = EpisodeStats(local_envs)
+    normalizer = RewardNormalizer(local_envs, args.gamma) if args.norm_reward else None
+    obs_np, _ = envs.reset()
+    zeros = torch.zeros(local_envs, device=device)
+    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)
+    if ckpt:  # the running reward std continues; the episodes' accumulators only where the envs continue too
+        if normalizer is not None:
+            normalizer.load_state_dict(saved_envs["normalizer"])
+            normalizer.returns = normalizer.returns if restore else np.zeros(local_envs)
+        if restore:
+            envs.set_state(saved_envs["games"])
+            stats.returns = saved_envs["episode_returns"].copy()
+            state = tuple(torch.as_tensor(x, device=device) for x in saved_envs["rollout_state"])
+
+    global_step = ckpt["global_step"] if ckpt else 0
+    wall_offset = ckpt["wall_time"] if ckpt else 0.0
+    start_time, timed_steps, timed_from = time.time(), 0, None
+    status, iteration = "finished", start_iteration
+
+    def checkpoint(iteration):
+        rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                 "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}]
+        env_states = [{"games": envs.get_state(), "episode_returns": stats.returns.copy(),
+                       "normalizer": normalizer.state_dict() if normalizer is not None else None,
+                       "rollout_state": [x.cpu().numpy() for x in state]}]
+        if world_size > 1:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, rngs[0])
+            rngs = gathered
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, env_states[0])
+            env_states = gathered
+        if rank == 0:
+            save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+                "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+                "wall_time": wall_offset + time.time() - start_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+                "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
+                "optimizer": optimizer.state_dict(), "rng": rngs, "envs": env_states})
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        agent.eval()
+        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast)
+        global_step += args.batch_size
+
+        with torch.no_grad(), autocast():
+            _, next_value = agent(state[0])
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
+                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+
+        # Flatten the batch; under envpool a step right after a done was ignored by the env and is masked out
+        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        valid = 1.0 - storage.dones if envs.ignores_step_after_done else torch.ones_like(storage.dones)
+        batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
+                 returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
+
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        probe = None
+        if diag_now:
+            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
+            # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+            chunk = 128 if device.type == "cpu" else args.update_chunk_size
+            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk)
+
+        agent.train()
+        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
+
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        loss_stats = loss_stats.cpu().numpy()
+        finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
+        if not all_ranks_agree(finite, world_size, device):
+            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
+                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+
+        if rank == 0:
+            now = time.time()
+            if timed_from is None:  # SPS excludes the first iteration (warm-up)
+                timed_from, timed_steps = now, 0
+            else:
+                timed_steps += args.batch_size
+            sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
+            for ep_return, ep_length in finished:
+                logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
+            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
+            var_y = np.var(y_true)
+            scalars = {
+                "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                "charts/SPS": sps,
+                "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
+                "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
+                "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+            }
+            if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
+                # Cobbe et al.: the return on the full level distribution, against training's on num_levels
+                agent.eval()
+                test_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000 + iteration, device, autocast)
+                scalars["charts/test_return"] = float(np.mean(test_returns))
+            if probe is not None:
+                diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
+                scalars.update(diag)
+                if args.kl_profile:
+                    logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
+            logger.log(global_step, iteration, scalars)
+            logger.progress(global_step, sps)
+
+        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration)
+        if rank == 0:
+            logger.flush()
+        if status == "interrupted":
+            break
+
+    envs.close()
+    if status == "finished":
+        checkpoint(iteration)
+    elapsed = time.time() - start_time
+    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else global_step / max(elapsed, 1e-9)
+    if rank == 0:
+        summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+                   "SPS_with_warmup": (global_step - (ckpt["global_step"] if ckpt else 0)) / max(elapsed, 1e-9)}
+        if args.save_model and status == "finished":
+            model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+            torch.save({k: v.cpu() for k, v in agent.state_dict().items()}, model_path)
+            agent.eval()
+            episodic_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000, device, autocast)
+            for i, ep_return in enumerate(episodic_returns):
+                logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
+            summary["eval_mean_return"] = float(np.mean(episodic_returns))
+            print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} "
+                  "episodes on the full level distribution")
+        logger.close(summary)
+        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
+        if status == "interrupted":
+            print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
+    if world_size > 1:
+        dist.destroy_process_group()
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+"""ppo_procgen.py: what differs from the Atari script (IMPALA CNN, reward normalisation, the two backends, the
+train/test level protocol) against hand-computed values, then end-to-end runs sharing one set of tiny runs."""
+import json
+import math
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "ppo_procgen.py")
+sys.path.insert(0, ROOT)
+from cleanrl_scaling import ppo_procgen as m  # noqa: E402
+
+# bigfish: short random-policy episodes (about 100 steps), so 4 iterations of 64 steps see episodes end
+TINY = ["--env-id", "bigfish", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2",
+        "--update-epochs", "2", "--progress", "none", "--no-compile"]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # two runs at a time on two cores, without OpenMP oversubscription
+
+
+def command(args, root):
+    return [sys.executable, SCRIPT, "--runs-dir", str(root / "runs")] + args
+
+
+def run(args, root, timeout=600, check=True):
+    root.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run(command(args, root), capture_output=True, text=True, timeout=timeout, cwd=root,
+                         env={**os.environ, **ONE_THREAD})
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def run_all(jobs, timeout=600):
+    """Run (args, root) jobs two at a time; returns their CompletedProcess-like results in order."""
+    results, pending = [None] * len(jobs), list(enumerate(jobs))
+    running = []
+    while pending or running:
+        while pending and len(running) < 2:
+            i, (args, root) = pending.pop(0)
+            root.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.Popen(command(args, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=root, env={**os.environ, **ONE_THREAD})
+            running.append((i, proc))
+        i, proc = running.pop(0)
+        stdout, stderr = proc.communicate(timeout=timeout)
+        results[i] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return results
+
+
+def run_dir_of(root):
+    (run_dir,) = sorted((root / "runs").iterdir())
+    return run_dir
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+
+
+def no_autocast():
+    return torch.autocast("cpu", enabled=False)
+
+
+# ------------------------------------------------------------------------------------------------ reward normalisation
+def test_reward_normalizer_first_steps_by_hand():
+    norm = m.RewardNormalizer(2, gamma=0.5, clip=100.0)
+    used = np.array([True, True])
+    r1 = norm(np.array([1.0, 3.0]), np.array([False, False]), used)
+    # returns [1, 3]; moments of the prior (mean 0, var 1, count 1e-4) and the batch (mean 2, var 1, count 2)
+    count = 2 + 1e-4
+    mean = 2 * 2 / count
+    var = (1e-4 * 1 + 2 * 1 + 2 ** 2 * 1e-4 * 2 / count) / count
+    assert (norm.mean, norm.var, norm.count) == pytest.approx((mean, var, count))
+    assert r1 == pytest.approx(np.array([1.0, 3.0]) / math.sqrt(var + 1e-8))
+    # env 1 ends here: its discounted return (3 * 0.5 + 1 = 2.5) still enters the moments, then restarts
+    norm(np.array([0.0, 1.0]), np.array([False, True]), used)
+    assert list(norm.returns) == [0.5, 0.0]
+
+
+def test_reward_normalizer_moments_equal_one_batch_of_all_returns():
+    """Chan et al.'s update over many steps equals the moments of all the returns seen, with the prior."""
+    rng = np.random.default_rng(0)
+    norm = m.RewardNormalizer(3, gamma=0.9)
+    for _ in range(50):
+        reward, done = rng.normal(size=3), rng.random(3) < 0.1
+        norm(reward, done, np.ones(3, bool))
+    # an independent route: the discounted returns recomputed from scratch, their moments in one batch
+    rng = np.random.default_rng(0)
+    returns, xs = np.zeros(3), []
+    for _ in range(50):
+        reward, done = rng.normal(size=3), rng.random(3) < 0.1
+        returns = 0.9 * returns + reward
+        xs.append(returns.copy())
+        returns[done] = 0.0
+    x = np.concatenate(xs)
+    prior_n, n = 1e-4, len(x)
+    total = prior_n + n
+    mean = n * x.mean() / total
+    var = (prior_n * 1.0 + n * x.var() + x.mean() ** 2 * prior_n * n / total) / total
+    assert norm.mean == pytest.approx(mean, rel=1e-9) and norm.var == pytest.approx(var, rel=1e-9)
+
+
+def test_reward_normalizer_clips_and_skips_ignored_steps():
+    norm = m.RewardNormalizer(2, gamma=0.99)
+    out = norm(np.array([50.0, 50.0]), np.array([False, False]), np.array([True, True]))
+    assert list(out) == [10.0, 10.0]  # equal returns: the std stays near the prior's (0.35), 50 / 0.35 clips
+    out = m.RewardNormalizer(2, gamma=0.99)(np.array([-50.0, -50.0]), np.array([False, False]), np.array([True, True]))
+    assert list(out) == [-10.0, -10.0]
+    count = norm.count
+    norm(np.array([0.0, 0.0]), np.array([False, False]), np.array([False, False]))  # envpool reset steps
+    assert norm.count == count  # the moments did not move
+
+
+# ------------------------------------------------------------------------------------------------ network
+def test_impala_cnn_shapes_and_parameter_count():
+    agent = m.Agent(15)
+    # conv 3x3 + two residual blocks of two 3x3 convs per stack; dense 32*8*8 -> 256; heads 256 -> 15 and 1
+    def stack(c_in, c):
+        return (9 * c_in * c + c) + 4 * (9 * c * c + c)
+    expected = stack(3, 16) + stack(16, 32) + stack(32, 32) + (32 * 8 * 8 * 256 + 256) + (256 * 15 + 15) + 257
+    assert sum(p.numel() for p in agent.parameters()) == expected
+    obs = torch.randint(0, 255, (5, 64, 64, 3), dtype=torch.uint8)
+    logits, value = agent(obs)
+    assert logits.shape == (5, 15) and value.shape == (5,)
+    acts = agent.trunk_activations(obs)
+    assert len(acts) == 3 * 2 * 2 + 2 and acts[-1].shape == (5, 256) and acts[-2].shape == (5, 32, 8, 8)
+    assert all((a >= 0).all() for a in acts)  # post-ReLU
+    assert torch.allclose(agent.actor(acts[-1]), logits)
+
+
+def test_channels_last_and_default_layout_agree():
+    torch.manual_seed(0)
+    a = m.Agent(15)
+    b = m.Agent(15, channels_last=True).to(memory_format=torch.channels_last)
+    b.load_state_dict(a.state_dict())
+    obs = torch.randint(0, 255, (6, 64, 64, 3), dtype=torch.uint8)
+    la, va = a(obs)
+    lb, vb = b(obs)
+    assert torch.allclose(la, lb, atol=1e-5) and torch.allclose(va, vb, atol=1e-5)
+    assert a.preprocess(obs)[2, 1, 5, 7] == obs[2, 5, 7, 1] / 255.0  # HWC frames read as CHW
+
+
+# ------------------------------------------------------------------------------------------------ advantages
+def test_gae_with_procgen_resets_is_cleanrl_recursion():
+    """procgen resets in the step that ends an episode: dones[t+1] = terms[t+1] = 1 where obs[t+1] starts a new
+    one, and the script's GAE must then be CleanRL's recursion with nextnonterminal = 1 - dones[t+1]."""
+    g = torch.Generator().manual_seed(1)
+    rewards, values = torch.randn(9, 2, generator=g), torch.randn(9, 2, generator=g)
+    dones = torch.zeros(9, 2)
+    dones[3, 0] = dones[7, 1] = dones[5, 1] = 1.0
+    next_value, next_done = torch.randn(2, generator=g), torch.tensor([1.0, 0.0])
+    adv, ret = m.compute_advantages(rewards, values, dones, dones, next_value, next_done, next_done, 0.999, 0.95)
+    expected, last = torch.zeros(9, 2), torch.zeros(2)
+    for t in reversed(range(9)):
+        nonterminal = 1.0 - (next_done if t == 8 else dones[t + 1])
+        v_next = next_value if t == 8 else values[t + 1]
+        last = rewards[t] + 0.999 * v_next * nonterminal - values[t] + 0.999 * 0.95 * nonterminal * last
+        expected[t] = last
+    assert torch.allclose(adv, expected, atol=1e-5) and torch.allclose(ret, expected + values, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ backends
+def test_backends_show_the_same_level_pixel_for_pixel():
+    """One level (num_levels=1): both backends generate it from the same seed; the same actions give the
+    same frames and rewards."""
+    args = m.Args(env_id="bigfish", num_levels=1, start_level=7)
+    a = m.make_envs(args, 2, seed=0)
+    b = m.make_envs(m.Args(env_id="bigfish", num_levels=1, start_level=7, env_backend="procgen"), 2, seed=5)
+    assert a.observation_space == b.observation_space and a.action_space == b.action_space
+    assert a.observation_space.shape == (64, 64, 3) and a.action_space.n == 15
+    (oa, _), (ob, _) = a.reset(), b.reset()
+    assert np.array_equal(oa, ob)
+    actions = np.random.default_rng(0).integers(0, 15, (20, 2))
+    for act in actions:  # shorter than any bigfish episode
+        oa, ra, ta, _, _ = a.step(act)
+        ob, rb, tb, _, _ = b.step(act)
+        assert np.array_equal(oa, ob) and np.array_equal(ra, rb) and not ta.any() and not tb.any()
+    assert not np.array_equal(oa[0], m.make_envs(args, 1, seed=0).reset()[0][0])  # the frames moved
+    a.close(), b.close()
+
+
+def random_policy_episodes(backend, num_envs=16, steps=1200, seed=0):
+    envs = m.make_envs(m.Args(env_id="bigfish", env_backend=backend), num_envs, seed)
+    stats = m.EpisodeStats(num_envs)
+    rng = np.random.default_rng(seed)
+    envs.reset()
+    finished = []
+    for _ in range(steps):
+        _, reward, term, trunc, info = envs.step(rng.integers(0, 15, num_envs))
+        finished += stats.update(reward, np.logical_or(term, trunc), info["elapsed_step"])
+    envs.close()
+    return np.array(finished)
+
+
+def test_backends_give_the_same_random_policy_returns():
+    """Over the full level distribution, a uniform random policy's returns and lengths agree within their
+    standard errors (3 sigma of the difference)."""
+    a, b = random_policy_episodes("envpool"), random_policy_episodes("procgen", seed=1)
+    assert len(a) > 100 and len(b) > 100
+    for col in (0, 1):  # return, length
+        se = math.sqrt(a[:, col].var(ddof=1) / len(a) + b[:, col].var(ddof=1) / len(b))
+        assert abs(a[:, col].mean() - b[:, col].mean()) < 3 * se, (col, a[:, col].mean(), b[:, col].mean(), se)
+    assert a[:, 0].std() > 0  # returns vary: the comparison has something to compare
+
+
+def test_rollout_logs_the_game_score_and_learns_from_normalised_rewards():
+    class Recorder:  # records the raw rewards the env returns
+        def __init__(self, envs):
+            self.envs, self.raw = envs, []
+            self.ignores_step_after_done = envs.ignores_step_after_done
+        def step(self, actions):
+            out = self.envs.step(actions)
+            self.raw.append(out[1].copy())
+            return out
+    torch.manual_seed(0)
+    args = m.Args(env_id="bigfish", num_steps=300)
+    envs = Recorder(m.make_envs(args, 2, seed=3))
+    agent = m.Agent(15).eval()
+    storage = m.make_storage(300, 2, (64, 64, 3), "cpu")
+    obs, _ = envs.envs.reset()
+    zeros = torch.zeros(2)
+    normalizer = m.RewardNormalizer(2, args.gamma)
+    finished, _ = m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+                                    normalizer, args, "cpu", no_autocast)
+    raw = np.stack(envs.raw)
+    assert finished and raw.sum() > 0
+    # each logged return is the sum of raw rewards since its env's previous episode end
+    ends = storage.dones.numpy()[1:].astype(bool)  # dones[t+1]: step t ended an episode
+    logged = []
+    for t in range(299):
+        for i in np.flatnonzero(ends[t]):
+            prev = np.flatnonzero(ends[:t, i])
+            logged.append((t, float(raw[(prev[-1] + 1 if len(prev) else 0):t + 1, i].sum())))
+    assert len(logged) >= 2 and [r for _, r in logged] == pytest.approx([r for r, _ in finished[:len(logged)]])
+    # what PPO learns from is the raw reward divided by the running std (no clip reached here)
+    scaled = storage.rewards.numpy()
+    nonzero = raw != 0
+    assert not np.allclose(scaled[nonzero], raw[nonzero])
+    assert np.allclose(scaled[-1], np.clip(raw[-1] / math.sqrt(normalizer.var + 1e-8), -10, 10), rtol=1e-5)
+
+
+def test_evaluation_leaves_the_training_rng_alone():
+    torch.manual_seed(0)
+    agent = m.Agent(15).eval()
+    state = torch.get_rng_state()
+    returns = m.evaluate(agent, m.Args(env_id="bigfish", num_levels=10), 2, 123, "cpu", no_autocast)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert returns.shape == (2,) and np.isfinite(returns).all()
+    again = m.evaluate(agent, m.Args(env_id="bigfish", num_levels=10), 2, 123, "cpu", no_autocast)
+    assert np.array_equal(returns, again)  # its own seed decides it
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("kw, names", [
+    (dict(env_id="Breakout-v5"), "--env-id"),
+    (dict(env_id="bigfish", distribution_mode="extreme"), "--distribution-mode"),
+    (dict(num_levels=-1), "--num-levels"),
+    (dict(start_level=-2), "--start-level"),
+    (dict(eval_every=-1), "--eval-every"),
+    (dict(num_envs=-3), "--num-envs"),
+    (dict(num_envs=6, num_steps=3), "--num-minibatches"),
+    (dict(total_timesteps=10), "--total-timesteps"),
+    (dict(capture_video=True), "--capture-video"),
+])
+def test_validate_names_the_flag(kw, names):
+    with pytest.raises(m.UsageError, match=names):
+        m.validate(m.Args(**kw))
+
+
+@pytest.mark.parametrize("flags, name", [
+    (["--env-id", "notagame"], "--env-id"),
+    (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
+])
+def test_bad_input_exits_2_with_one_line(flags, name, tmp_path):
+    out = run(flags, tmp_path, check=False, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and name in lines[0] and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was built or written
+
+
+def test_mismatched_checkpoint_exits_2(tmp_path):
+    shaped = tmp_path / "shaped.ckpt"
+    shaped.write_bytes(pickle.dumps({"script": "ppo_procgen", "signature": {**m.signature(m.Args()), "num_levels": 200}}))
+    with pytest.raises(m.UsageError, match="--num-levels 200"):
+        m.load_checkpoint(str(shaped), "ppo_procgen", m.signature(m.Args()))
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+EXPECTED_TAGS = ["charts/SPS", "charts/learning_rate", "charts/episodic_return", "charts/episodic_length",
+                 "charts/test_return", "losses/policy_loss", "losses/value_loss", "losses/entropy",
+                 "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+                 "diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean", "diagnostics/ref_kl_mean",
+                 "diagnostics/update_size", "diagnostics/grad_norm", "diagnostics/feature_rank", "diagnostics/srank",
+                 "diagnostics/dormant_frac", "diagnostics/dormant_frac_tau0", "diagnostics/dormant_frac_tau0.1",
+                 "diagnostics/weight_norm", "diagnostics/grad_kurtosis", "diagnostics/ess_pct",
+                 "diagnostics/policy_variance", "diagnostics/critic_feature_rank", "diagnostics/actor_weight_norm",
+                 "diagnostics/critic_weight_norm", "eval/episodic_return"]
+PROCGEN = TINY + ["--env-backend", "procgen", "--num-levels", "3"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every tiny run the end-to-end tests look at, two at a time:
+    smoke: envpool, --bf16, separate encoders, diagnostics, test returns, saved model (no --compile: a cold
+    compile of the IMPALA loss costs about a minute);
+    plain / probed: procgen backend, 4 iterations, diagnostics and evaluation off / on every iteration;
+    half: the same as plain for 2 iterations, then resumed to 4."""
+    root = tmp_path_factory.mktemp("procgen_runs")
+    jobs = {
+        "smoke": TINY + ["--total-timesteps", "256", "--diagnostics-every", "2", "--separate-encoders", "--bf16",
+                         "--num-levels", "5", "--eval-every", "2", "--eval-episodes", "2", "--save-model", "--seed", "3"],
+        "plain": PROCGEN + ["--total-timesteps", "256", "--diagnostics-every", "0"],
+        "probed": PROCGEN + ["--total-timesteps", "256", "--diagnostics-every", "1", "--eval-every", "1",
+                             "--eval-episodes", "2"],
+        "half": PROCGEN + ["--total-timesteps", "128", "--diagnostics-every", "0"],
+    }
+    results = dict(zip(jobs, run_all([(args, root / name) for name, args in jobs.items()])))
+    for name, out in results.items():
+        assert out.returncode == 0, (name, out.stderr[-3000:])
+    half_ckpt = run_dir_of(root / "half") / "checkpoints" / "latest.ckpt"
+    (root / "half.ckpt").write_bytes(half_ckpt.read_bytes())  # the 2-iteration checkpoint, kept for other tests
+    resumed = run(PROCGEN + ["--total-timesteps", "256", "--diagnostics-every", "0", "--resume", str(half_ckpt)],
+                  root / "half")
+    return root, {**results, "resumed": resumed}
+
+
+def test_smoke_run_writes_a_complete_run_directory(runs):
+    root, out = runs
+    run_dir = run_dir_of(root / "smoke")
+    assert run_dir.name.startswith("bigfish__ppo_procgen__3__")
+    config = json.load(open(run_dir / "config.json"))
+    assert config["resolved"]["batch_size"] == 64 and config["resolved"]["minibatch_size"] == 32
+    assert config["args"]["num_iterations"] == 4 and config["args"]["num_levels"] == 5
+    rows = read_metrics(run_dir)
+    tags = set().union(*rows)
+    for tag in EXPECTED_TAGS:
+        assert tag in tags, tag
+    for row in rows:
+        for tag, value in row.items():
+            if tag != "losses/explained_variance":
+                assert math.isfinite(value), (tag, value)
+    assert [r["iteration"] for r in rows if "charts/test_return" in r] == [2, 4]
+    diag = [r for r in rows if "diagnostics/ddr" in r]
+    assert [r["iteration"] for r in diag] == [2, 4]
+    for r in diag:
+        assert r["diagnostics/ddr"] == pytest.approx(64 / r["diagnostics/kl_behavior"])
+    profile = [json.loads(line) for line in open(run_dir / "kl_profile.jsonl")]
+    assert len(profile) == 2 and len(profile[0]["seq_kl"]) == 4
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    assert ckpt["iteration"] == 4 and ckpt["script"] == "ppo_procgen"
+    assert ckpt["envs"][0]["games"] is None and ckpt["envs"][0]["normalizer"]["count"] > 64  # envpool: no env state
+    m.Agent(15, separate_encoders=True).load_state_dict(ckpt["agent"])
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "finished" and summary["global_step"] == 256
+    assert "eval return" in out["smoke"].stdout
+
+
+def losses(run_dir):
+    keys = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"]
+    return [(r["iteration"], [r[k] for k in keys]) for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+
+
+def episodes(run_dir):
+    return [(r["global_step"], r["charts/episodic_return"]) for r in read_metrics(run_dir) if "charts/episodic_return" in r]
+
+
+def final_agent(run_dir):
+    return pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))["agent"]
+
+
+def test_diagnostics_and_evaluation_do_not_change_training(runs):
+    root, _ = runs
+    plain, probed = run_dir_of(root / "plain"), run_dir_of(root / "probed")
+    assert losses(plain) == losses(probed) and episodes(plain) == episodes(probed)
+    pa, pb = final_agent(plain), final_agent(probed)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert sum("charts/test_return" in r for r in read_metrics(probed)) == 4
+    assert episodes(plain)  # episodes ended inside the run: the comparison covers resets
+
+
+def test_procgen_resume_is_bit_exact(runs):
+    root, out = runs
+    assert "resuming from iteration 2" in out["resumed"].stdout and "continue from their saved state" in out["resumed"].stdout
+    plain, resumed = run_dir_of(root / "plain"), run_dir_of(root / "half")
+    assert losses(resumed) == losses(plain) and episodes(resumed) == episodes(plain)
+    assert any(step > 128 for step, _ in episodes(plain))  # an episode ended after the resume point
+    pa, pb = final_agent(plain), final_agent(resumed)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_envpool_resume_restarts_the_envs_and_nan_stops(runs, tmp_path):
+    """The smoke run's envpool checkpoint: a resume says the envs restart; a huge lr then diverges, exits 3 and
+    keeps the last good checkpoint."""
+    root, _ = runs
+    smoke = run_dir_of(root / "smoke")
+    run_dir = tmp_path / "runs" / smoke.name
+    shutil.copytree(smoke, run_dir)
+    ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
+    state = pickle.load(open(ckpt_path, "rb"))
+    state["run_dir"] = str(run_dir)  # continue in the copy, not in the fixture's run directory
+    ckpt_path.write_bytes(pickle.dumps(state))
+    good = ckpt_path.read_bytes()
+    out = run(TINY + ["--separate-encoders", "--num-levels", "5", "--total-timesteps", "512", "--learning-rate", "1e35",
+                      "--checkpoint-every", "1", "--diagnostics-every", "0", "--resume", str(ckpt_path)], tmp_path,
+              check=False)
+    assert "envs restart with seed" in out.stdout
+    assert out.returncode == 3 and "non-finite" in out.stderr and "Traceback" not in out.stderr
+    assert ckpt_path.read_bytes() == good
+    assert json.load(open(run_dir / "summary.json"))["status"] == "diverged"
+
+
+def wait_for_metrics(root, proc, timeout=120):
+    start = time.time()
+    while time.time() - start < timeout:
+        found = list((root / "runs").glob("*/metrics.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+    proc = subprocess.Popen(command(PROCGEN + ["--total-timesteps", "100000", "--diagnostics-every", "0"], tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, **ONE_THREAD})
+    wait_for_metrics(tmp_path, proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "SIGTERM" in stderr and "--resume" in stdout
+    run_dir = run_dir_of(tmp_path)
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
+    assert ckpt["global_step"] == 64 * ckpt["iteration"] and ckpt["envs"][0]["games"] is not None
