@@ -4,6 +4,7 @@
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig13}
 GAMES=${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 Frostbite-v5 KungFuMaster-v5}
 SCRIPT=cleanrl_scaling/pqn_atari.py
+LARGEST_BATCH=8192  # 64 x 128 and 8 x 1024
 source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig13 --flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --num-steps 128" \
   --flag-set "--num-envs 32 --num-steps 128" --flag-set "--num-envs 64 --num-steps 128" \

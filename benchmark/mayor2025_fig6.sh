@@ -8,6 +8,7 @@
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig6}
 GAMES=${GAMES:-NameThisGame-v5 Phoenix-v5 Qbert-v5 Riverraid-v5}
 SCRIPT=cleanrl_scaling/pqn_atari.py
+LARGEST_BATCH=8192  # 64 x 128 and 8 x 1024
 source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig6 --flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --num-steps 128" \
   --flag-set "--num-envs 32 --num-steps 128" --flag-set "--num-envs 64 --num-steps 128" \

@@ -161,6 +161,14 @@ def exit_usage(err: Exception) -> None:
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)
+
+
+def check_finite_floats(args) -> None:
+    """inf or nan in any float flag (--ent-coef inf) would train, then stop on a NaN loss: refuse it up front."""
+    for field in dataclasses.fields(args):
+        value = getattr(args, field.name)
+        if isinstance(value, float):
+            check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
 # <<< shared:errors
 
 
@@ -224,9 +232,38 @@ def resolve_scaling(args) -> dict:
               f"--scaling-recipe {recipe}, which already scales the lr")
         ratio = mb / reference_mb
         lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
+          f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
     return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
             "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def describe_scaling(scaling: dict, args) -> str:
+    """The printed 'resolved:' values: the base configuration only where a recipe or --lr-scaling uses it."""
+    if args.scaling_recipe != "none":
+        hidden = set()
+    elif args.lr_scaling != "none":  # M25 Fig. 11 scales by the minibatch ratio to the base; s plays no part
+        hidden = {"scale"}
+    else:
+        hidden = {"scale", "base_num_envs", "base_minibatch_size"}
+    return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
 # <<< shared:scaling
+
+
+# >>> shared:ppo-flags
+def check_ppo_flags(args) -> None:
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
+    # B26 Fig. 6b uses eps = 0: the clipped objective is still defined (gradients stop once the ratio leaves 1)
+    check(args.clip_coef >= 0, f"--clip-coef must be >= 0 (got {args.clip_coef})")
+    check(args.vf_coef >= 0, f"--vf-coef must be >= 0 (got {args.vf_coef})")
+    check(args.max_grad_norm > 0, f"--max-grad-norm must be > 0 (got {args.max_grad_norm}); "
+          "clipping at 0 or below zeroes or flips the gradient")
+    check(args.target_kl is None or args.target_kl > 0,
+          f"--target-kl must be > 0 (got {args.target_kl}); leave it out to never stop an update early")
+# <<< shared:ppo-flags
 
 
 # >>> shared:rundir
@@ -261,6 +298,19 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
+    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -276,7 +326,8 @@ def claim_run_dir(path: str) -> str:
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+                 headline: str = "charts/episodic_return"):
         self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
@@ -292,7 +343,7 @@ class RunLogger:
                                     name=os.path.basename(run_dir), dir=run_dir, resume="allow")
         self.t0 = time.time()
         self.total_steps = total_steps
-        self.last_return = float("nan")
+        self.headline, self.last_headline = headline, None  # the tag the progress display shows, and its last value
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
@@ -318,22 +369,29 @@ class RunLogger:
             self.tb.add_scalar(tag, float(value), int(step))
         if self.wandb is not None:
             self.wandb.log({**scalars, "global_step": step})
-        if "charts/episodic_return" in scalars:
-            self.last_return = float(scalars["charts/episodic_return"])
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
 
     def log_profile(self, row: dict) -> None:
         if self.kl_profile is None:
             self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
         self.kl_profile.write(json.dumps(row) + "\n")
 
+    def headline_text(self) -> str:
+        """The headline's last value; before the first one, that none has come yet (a NaN says nothing)."""
+        name = "return" if self.headline == "charts/episodic_return" else self.headline.split("/")[-1]
+        if self.last_headline is None:
+            return "no episode finished yet" if name == "return" else f"no {name} yet"
+        return f"{name} {self.last_headline:.2f}"
+
     def progress(self, step: int, sps: float) -> None:
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
-            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
             self.bar.refresh()
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
-            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
 
     def flush(self) -> None:
         self.metrics.flush()
@@ -375,20 +433,21 @@ def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
-    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume") -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
+    that gave the path."""
+    check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
             state = pickle.load(f)
     except Exception as e:  # a truncated or foreign file
-        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+        raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
     check(isinstance(state, dict) and state.get("script") == script,
-          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
-          f"not {script}; resume it with that script")
+          f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; use it with that script")
     for key, value in signature.items():
         saved = state["signature"].get(key)
-        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
               f"pass --{key.replace('_', '-')} {saved}")
     return state
 # <<< shared:checkpoint
@@ -662,7 +721,11 @@ class Agent(nn.Module):
         x = self.preprocess(obs)
         hidden = self.network(x)
         critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
-        return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        if hidden.dtype == torch.float32:
+            return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        # --bf16: the trunk runs in bf16, the two heads in fp32, so stored values and log-probs are not rounded
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
 
     def trunk_activations(self, obs, critic: bool = False) -> list:
         """Post-ReLU outputs of every hidden layer, the 256 features last (dormant units, feature rank)."""
@@ -874,12 +937,35 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 # <<< shared:torch-distributed
 
 
+# >>> shared:ppo-batch
+def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
+    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
+    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+
+
+def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
+    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
+    CleanRL keeps every step (--cleanrl-compat)."""
+    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
+
+
+def explained_variance(values, returns, valid) -> float:
+    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
+    keep = valid.reshape(-1).cpu().numpy() > 0
+    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
+    var_y = np.var(y_true) if len(y_true) else 0.0
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+# <<< shared:ppo-batch
+
+
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
-    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
     device = batch[0].device
     n = batch[0].shape[0]
-    stat_sum = torch.zeros(6, device=device)
+    clipfrac_sum = torch.zeros((), device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
     for epoch in range(args.update_epochs):
@@ -893,7 +979,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stat_sum += stats
+            clipfrac_sum += stats[5]
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
@@ -904,7 +990,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
                 approx_kl /= world_size
             if approx_kl.item() > args.target_kl:
                 break
-    return stat_sum / steps, grad_norm_sum / steps, steps
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1018,6 +1105,7 @@ SCRIPT = "ppo_procgen"
 
 def validate(args) -> dict:
     """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check_finite_floats(args)
     check(args.env_id in GAMES, f"--env-id {args.env_id!r} is not a Procgen game (e.g. starpilot, bigfish, coinrun)")
     # the (game, mode) pairs Procgen defines are the ones envpool registers (e.g. no bigfish extreme)
     modes = [m for m in ("easy", "hard", "extreme", "memory") if envpool_id(args.env_id, m) in import_envpool().list_all_envs()]
@@ -1027,9 +1115,7 @@ def validate(args) -> dict:
     check(args.start_level >= 0, f"--start-level must be >= 0 (got {args.start_level})")
     check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
     check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
-    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
-    check(0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]")
-    check(args.clip_coef > 0, f"--clip-coef must be > 0 (got {args.clip_coef})")
+    check_ppo_flags(args)
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
@@ -1059,6 +1145,7 @@ def main():
     try:
         scaling = validate(args)
         ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     args.batch_size = scaling["batch_size"]
@@ -1219,15 +1306,13 @@ def main():
             sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
             for ep_return, ep_length in finished:
                 logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            y_pred, y_true = storage.values.cpu().numpy().ravel(), returns.cpu().numpy().ravel()
-            var_y = np.var(y_true)
             scalars = {
                 "charts/learning_rate": optimizer.param_groups[0]["lr"],
                 "charts/SPS": sps,
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y,
+                "losses/explained_variance": explained_variance(storage.values, returns, valid),
             }
             if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
                 # Cobbe et al.: the return on the full level distribution, against training's on num_levels

@@ -174,6 +174,14 @@ def exit_usage(err: Exception) -> None:
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise UsageError(message)
+
+
+def check_finite_floats(args) -> None:
+    """inf or nan in any float flag (--ent-coef inf) would train, then stop on a NaN loss: refuse it up front."""
+    for field in dataclasses.fields(args):
+        value = getattr(args, field.name)
+        if isinstance(value, float):
+            check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
 # <<< shared:errors
 
 
@@ -237,8 +245,21 @@ def resolve_scaling(args) -> dict:
               f"--scaling-recipe {recipe}, which already scales the lr")
         ratio = mb / reference_mb
         lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
+          f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
     return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
             "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def describe_scaling(scaling: dict, args) -> str:
+    """The printed 'resolved:' values: the base configuration only where a recipe or --lr-scaling uses it."""
+    if args.scaling_recipe != "none":
+        hidden = set()
+    elif args.lr_scaling != "none":  # M25 Fig. 11 scales by the minibatch ratio to the base; s plays no part
+        hidden = {"scale"}
+    else:
+        hidden = {"scale", "base_num_envs", "base_minibatch_size"}
+    return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
 # <<< shared:scaling
 
 
@@ -274,6 +295,19 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
+    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -289,7 +323,8 @@ def claim_run_dir(path: str) -> str:
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0):
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+                 headline: str = "charts/episodic_return"):
         self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
@@ -305,7 +340,7 @@ class RunLogger:
                                     name=os.path.basename(run_dir), dir=run_dir, resume="allow")
         self.t0 = time.time()
         self.total_steps = total_steps
-        self.last_return = float("nan")
+        self.headline, self.last_headline = headline, None  # the tag the progress display shows, and its last value
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
@@ -331,22 +366,29 @@ class RunLogger:
             self.tb.add_scalar(tag, float(value), int(step))
         if self.wandb is not None:
             self.wandb.log({**scalars, "global_step": step})
-        if "charts/episodic_return" in scalars:
-            self.last_return = float(scalars["charts/episodic_return"])
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
 
     def log_profile(self, row: dict) -> None:
         if self.kl_profile is None:
             self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
         self.kl_profile.write(json.dumps(row) + "\n")
 
+    def headline_text(self) -> str:
+        """The headline's last value; before the first one, that none has come yet (a NaN says nothing)."""
+        name = "return" if self.headline == "charts/episodic_return" else self.headline.split("/")[-1]
+        if self.last_headline is None:
+            return "no episode finished yet" if name == "return" else f"no {name} yet"
+        return f"{name} {self.last_headline:.2f}"
+
     def progress(self, step: int, sps: float) -> None:
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
-            self.bar.set_postfix(sps=f"{sps:.0f}", ret=f"{self.last_return:.1f}", refresh=False)
+            self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
             self.bar.refresh()
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
-            print(f"step {step}/{self.total_steps} SPS {sps:.0f} return {self.last_return:.2f}", flush=True)
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
 
     def flush(self) -> None:
         self.metrics.flush()
@@ -388,20 +430,21 @@ def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6)."""
-    check(os.path.isfile(path), f"--resume: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume") -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
+    that gave the path."""
+    check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
             state = pickle.load(f)
     except Exception as e:  # a truncated or foreign file
-        raise UsageError(f"--resume: {path} is not a readable checkpoint ({type(e).__name__})")
+        raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
     check(isinstance(state, dict) and state.get("script") == script,
-          f"--resume: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
-          f"not {script}; resume it with that script")
+          f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; use it with that script")
     for key, value in signature.items():
         saved = state["signature"].get(key)
-        check(saved == value, f"--resume: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
               f"pass --{key.replace('_', '-')} {saved}")
     return state
 # <<< shared:checkpoint
@@ -867,6 +910,7 @@ def parse_args(argv=None):
 
 def validate(args) -> dict:
     """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check_finite_floats(args)
     envpool = import_envpool()
     atari_ids = [e for e in envpool.list_all_envs() if e.endswith("-v5") and not e.startswith(("Procgen", "dm_"))]
     check(args.env_id in atari_ids, f"--env-id {args.env_id!r} is not an envpool Atari id (e.g. Breakout-v5, Pong-v5)")
@@ -916,6 +960,7 @@ def main():
     try:
         scaling = validate(args)
         ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     args.batch_size = scaling["batch_size"]
