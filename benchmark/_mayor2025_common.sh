@@ -6,7 +6,12 @@
 # A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py) before sourcing this file.
 # PPO runs get --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
 # M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.
+# SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
+# (LAPTOP_GRID=1 before sourcing; its header says what it runs and how long it takes).
 set -euo pipefail
+SCALE=${SCALE:-paper}
+[[ "$SCALE" == paper || ( "$SCALE" == laptop && -n "${LAPTOP_GRID:-}" ) ]] || {
+  echo "error: SCALE=$SCALE: this figure runs SCALE=paper$([[ -n "${LAPTOP_GRID:-}" ]] && echo " or laptop") only" >&2; exit 2; }
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}

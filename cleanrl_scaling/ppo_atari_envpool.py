@@ -89,6 +89,11 @@ class Args(ScalingArgs, RunArgs):
     """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""
+    save_features_every: int = 0
+    """every K iterations, save the penultimate-layer features of --features-states random batch states to
+    features/iter_NNNNNN.npz, for M25 App. B.7's coverage (cleanrl_scaling/utils/coverage.py; 0 = off)"""
+    features_states: int = 1024
+    """states per saved iteration (a fixed-size subsample, so configurations compare at equal counts)"""
 
     # Algorithm specific arguments
     env_id: str = "Breakout-v5"
@@ -922,6 +927,23 @@ class DiagnosticProbe:
         return out, seq, ref
 
 
+def save_features(agent, b_obs, run_dir: str, iteration: int, global_step: int, num_states: int, seed: int,
+                  chunk: int) -> str:
+    """M25 App. B.7: the penultimate features of a random subsample of the batch, under the policy that collected
+    it. The subsample has its own generator, seeded by (seed, iteration): no draw from the training stream."""
+    rng = np.random.default_rng([seed, iteration])
+    idx = np.sort(rng.choice(b_obs.shape[0], min(num_states, b_obs.shape[0]), replace=False))
+    obs = b_obs.index_select(0, torch.as_tensor(idx, device=b_obs.device))
+    with torch.no_grad():
+        features = torch.cat([agent.trunk_activations(part)[-1].float() for part in obs.split(chunk)])
+    os.makedirs(os.path.join(run_dir, "features"), exist_ok=True)
+    path = os.path.join(run_dir, "features", f"iter_{iteration:06d}.npz")
+    buffer = io.BytesIO()  # float16 halves the files; UMAP does not need more precision
+    np.savez(buffer, features=features.cpu().numpy().astype(np.float16), iteration=iteration, global_step=global_step)
+    atomic_write(path, buffer.getvalue())
+    return path
+
+
 def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
     """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
     return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
@@ -966,6 +988,8 @@ def validate(args) -> dict:
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.save_features_every >= 0, f"--save-features-every must be >= 0 (got {args.save_features_every})")
+    check(args.features_states >= 1, f"--features-states must be >= 1 (got {args.features_states})")
     check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
     check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
     check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
@@ -1101,6 +1125,10 @@ def main():
         b_valid = valid_mask(storage.dones, args.cleanrl_compat).reshape(-1)
         batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
                  returns.reshape(-1), storage.values.reshape(-1), b_valid)
+
+        if args.save_features_every > 0 and iteration % args.save_features_every == 0 and rank == 0:
+            save_features(agent, b_obs, logger.run_dir, iteration, global_step, args.features_states, args.seed,
+                          128 if device.type == "cpu" else args.update_chunk_size)
 
         diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
         probe = None

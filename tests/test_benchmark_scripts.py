@@ -144,3 +144,35 @@ def test_honari_scripts_draw_returns_and_kl_profiles(name, figure, kept, tmp_pat
         profile_rows = list(csv.DictReader(f))
     assert {r["run"].split("__")[2] for r in profile_rows} == {"4"}  # seed 4 has the highest final return
     assert {r["group"] for r in profile_rows} == kept
+
+
+def dry_run(script, **env):
+    return subprocess.run(["bash", str(REPO / "benchmark" / f"{script}.sh")], capture_output=True, text=True,
+                          env=script_env(DRY_RUN=1, **env), timeout=120)
+
+
+def test_m25_coverage_and_gamma_laptop_grids(tmp_path):
+    """SCALE=laptop (issue 14): one game, 2 seeds, 500k steps, features saved for the coverage metric."""
+    grids = {"mayor2025_fig2": ({("8", "128"), ("32", "32"), ("128", "8")}, None),
+             "mayor2025_fig9": ({("8", "128"), ("32", "128")}, None),
+             "mayor2025_fig12": ({("8", "128"), ("64", "128")}, {"0.95", "0.99", "0.999"})}
+    for script, (settings, gammas) in grids.items():
+        out = dry_run(script, SCALE="laptop", RUNS_DIR=tmp_path / script)
+        assert out.returncode == 0, out.stderr
+        runs = [parse_flags(c) for c in commands(out.stdout)]
+        assert {r["env_id"] for r in runs} == {"Qbert-v5"} and {r["seed"] for r in runs} == {"1", "2"}
+        assert {r["total_timesteps"] for r in runs} == {"500000"} and all(r["cleanrl_compat"] for r in runs)
+        assert {(r["num_envs"], r["num_steps"]) for r in runs} == settings
+        if gammas:
+            assert {r["gamma"] for r in runs} == gammas and len(runs) == 2 * 2 * 3
+        else:
+            assert {r["save_features_every"] for r in runs} == {"25"} and {r["features_states"] for r in runs} == {"1024"}
+    paper = [parse_flags(c) for c in commands(dry_run("mayor2025_fig2", RUNS_DIR=tmp_path / "p").stdout)]
+    assert len(paper) == 10 * 5 * 3 and {r["save_features_every"] for r in paper} == {"2000"}
+
+
+def test_scale_is_checked_in_one_line(tmp_path):
+    for script, scale in (("mayor2025_fig1b", "laptop"), ("mayor2025_fig2", "huge")):
+        out = dry_run(script, SCALE=scale, RUNS_DIR=tmp_path / "x")
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and f"SCALE={scale}" in err[0], err

@@ -584,11 +584,19 @@ def losses(run_dir):
 def test_diagnostics_do_not_change_training(tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "0"], tmp_path / "a")
-    run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "1"], tmp_path / "b")
+    # run b also saves features for M25's coverage (every 2nd iteration, 40 of the 64 batch states)
+    run(TINY + ["--total-timesteps", "256", "--diagnostics-every", "1", "--save-features-every", "2",
+                "--features-states", "40"], tmp_path / "b")
     (a,), (b,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
     assert losses(a) == losses(b)
     pa, pb = (pickle.load(open(d / "checkpoints" / "latest.ckpt", "rb"))["agent"] for d in (a, b))
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    saved = sorted((b / "features").glob("iter_*.npz"))
+    assert [p.name for p in saved] == ["iter_000002.npz", "iter_000004.npz"] and not (a / "features").exists()
+    with np.load(saved[0]) as data:
+        assert data["features"].shape == (40, 512) and data["features"].dtype == np.float16
+        assert (int(data["iteration"]), int(data["global_step"])) == (2, 128)
+        assert np.isfinite(data["features"]).all() and (data["features"] >= 0).all()  # post-ReLU
 
 
 def test_resume_continues_from_the_checkpoint_step(tmp_path):
