@@ -937,26 +937,14 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 # <<< shared:torch-distributed
 
 
-# >>> shared:ppo-batch
-def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
-    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
-    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
-    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
-
-
-def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
-    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
-    CleanRL keeps every step (--cleanrl-compat)."""
-    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
-
-
+# >>> shared:explained-variance
 def explained_variance(values, returns, valid) -> float:
     """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
     keep = valid.reshape(-1).cpu().numpy() > 0
     y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
     var_y = np.var(y_true) if len(y_true) else 0.0
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-# <<< shared:ppo-batch
+# <<< shared:explained-variance
 
 
 def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
