@@ -343,10 +343,8 @@ def test_compiled_loss_gives_the_eager_gradient():
     assert torch.allclose(eager_stats, compiled_stats, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
-    """The rollout runs in one autocast region (its bf16 weight cache lives for the whole rollout): what it
-    stores must be what a fresh per-step evaluation of the same policy on the stored observations gives."""
+def rollout_8_steps(bf16: bool) -> tuple:
+    """A real 8-step HalfCheetah rollout of a fresh agent on 2 gymnasium envs: (agent, storage, autocast)."""
     torch.manual_seed(0)
     envs = m.make_envs("HalfCheetah-v4", 2, 0, "gymnasium")
     obs_space, act_space = m.spaces(envs)
@@ -360,6 +358,14 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
     m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast)
+    return agent, storage, autocast
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
+    """The rollout runs in one autocast region (its bf16 weight cache lives for the whole rollout): what it
+    stores must be what a fresh per-step evaluation of the same policy on the stored observations gives."""
+    agent, storage, autocast = rollout_8_steps(bf16)
     for t in range(8):
         with torch.no_grad(), autocast():
             mean, logstd, value = agent(storage.obs[t])
@@ -373,19 +379,7 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
 def test_bf16_rollout_runs_the_heads_in_fp32():
     """--bf16: the trunks in bf16, the output layers in fp32. The stored values and log-probs are an fp32
     evaluation of the last layers on the bf16 trunk's features (bf16 heads round them to 8 bits)."""
-    torch.manual_seed(0)
-    envs = m.make_envs("HalfCheetah-v4", 2, 0, "gymnasium")
-    obs_space, act_space = m.spaces(envs)
-    agent = m.Agent(obs_space.shape[0], act_space.shape[0])
-    args = m.Args(num_steps=8)
-    storage = m.make_storage(8, 2, obs_space.shape, act_space.shape, "cpu")
-    normalizer = m.Normalizer(obs_space.shape, 2, args)
-    obs, _ = envs.reset(seed=0)
-    zeros = torch.zeros(2)
-    def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
-    m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast)
+    agent, storage, autocast = rollout_8_steps(True)
     for t in range(8):
         with torch.no_grad():
             outputs = []
