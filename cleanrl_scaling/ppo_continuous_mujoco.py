@@ -1277,6 +1277,7 @@ def main():
     if ckpt:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
         rng = saved["rng"]
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])

@@ -1006,6 +1006,7 @@ def main():
     if ckpt:
         q_network.load_state_dict(ckpt["q_network"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
         rng = ckpt["rng"][rank]
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])

@@ -614,6 +614,11 @@ def test_resume_continues_from_the_checkpoint_step(tmp_path):
     assert after["iteration"] == 4 and after["optimizer"]["state"][0]["step"] > before["optimizer"]["state"][0]["step"]
     # the annealed lr continues where the schedule was (1 - 2/4 of the initial value at iteration 3)
     assert rows[2]["charts/learning_rate"] == pytest.approx(2.5e-4 * 0.5)
+    # a resume with a new constant lr trains at that lr, not at the one Adam's saved state carries (6.25e-5)
+    run(TINY + ["--total-timesteps", "320", "--diagnostics-every", "0", "--no-anneal-lr", "--learning-rate", "1e-4",
+                "--resume", str(ckpt_path)], tmp_path)
+    rows = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+    assert rows[4]["iteration"] == 5 and rows[4]["charts/learning_rate"] == 1e-4
 
 
 def test_nan_stops_and_keeps_the_last_good_checkpoint(tmp_path):

@@ -467,6 +467,11 @@ def test_resume_envpool_continues_from_checkpoint_step(tmp_path, capsys):
     steps = [r["global_step"] for r in training_rows(read_metrics(run_dir))]
     assert steps == [64, 128, 192, 256]
     assert load_ckpt(run_dir)["iteration"] == 4
+    # a resume with a new constant lr trains at that lr, not at the one Adam's saved state carries
+    assert run_main([*common, "--total-timesteps", "320", "--no-anneal-lr", "--learning-rate", "1e-4",
+                     "--resume", os.path.join(run_dir, "checkpoints", "latest.ckpt")]) == 0
+    last = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r][-1]
+    assert last["global_step"] == 320 and last["charts/learning_rate"] == 1e-4
 
 
 def test_diagnostics_do_not_change_training(tmp_path):

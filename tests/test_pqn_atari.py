@@ -383,6 +383,12 @@ def test_resume_is_bit_exact_given_the_checkpoint(runs, tmp_path):
     assert loss_a == loss_b and all(torch.equal(net_a[k], net_b[k]) for k in net_a)
     assert loss_a[:2] == loss_c[:2] and loss_a[2] != loss_c[2]  # the restored RNG state decides the minibatches
     assert not (tmp_path / "runs").exists()  # resumed runs continue in their own directories
+    # a resume with a new constant lr trains at that lr, not at the one RAdam's saved state carries (2.5e-4 / 3)
+    ckpt_path = copy_run(base, tmp_path / "d")
+    code, _, err = main_inprocess(TINY + ["--total-timesteps", str(3 * BATCH), "--diagnostics-every", "0", "--no-compile",
+                                          "--no-anneal-lr", "--learning-rate", "1e-4", "--resume", ckpt_path], tmp_path)
+    assert code == 0, err
+    assert [r for r in read_metrics(tmp_path / "d") if "losses/td_loss" in r][2]["charts/learning_rate"] == 1e-4
 
 
 def test_nan_stops_and_keeps_the_last_good_checkpoint(runs, tmp_path):
