@@ -985,16 +985,25 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
 # ---------------------------------------------------------------------------------------------------------
 # Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
 # ---------------------------------------------------------------------------------------------------------
+PROFILE_BYTES = 256 << 20  # the KL profile keeps log pi(.|s) of every policy pi_0..pi_J; beyond this, fewer states
+
+
 class DiagnosticProbe:
-    def __init__(self, agent, obs, actions, autocast, chunk):
+    def __init__(self, agent, obs, actions, autocast, chunk, num_policies):
         self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
         self.params_before = [p.detach().clone() for p in agent.parameters()]
-        self.logps = [self.policy_logp(agent)]  # pi_0 = the behaviour policy
+        self.behavior = self.policy_logp(agent, obs)  # pi_0 = the behaviour policy, on every diagnostic state
+        # H25 Fig. 2 at J ~ 10^3 minibatch steps: (J + 1) x S x A float64 log-probs and J forwards over S would be
+        # ~0.6 GB and a thousand CNN passes; the profile uses an evenly strided subset of S within PROFILE_BYTES
+        keep = max(2, min(len(obs), PROFILE_BYTES // (8 * self.behavior.shape[1] * num_policies)))
+        self.profile_idx = diagnostic_states(len(obs), keep)
+        self.profile_obs = obs[torch.as_tensor(self.profile_idx, device=obs.device)] if keep < len(obs) else obs
+        self.logps = [self.behavior[self.profile_idx]]
         self.grad = None
 
-    def policy_logp(self, agent) -> np.ndarray:
+    def policy_logp(self, agent, obs) -> np.ndarray:
         with torch.no_grad(), self.autocast():
-            logits = torch.cat([agent(obs)[0] for obs in self.obs.split(self.chunk)])
+            logits = torch.cat([agent(part)[0] for part in obs.split(self.chunk)])
         return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
 
     def representation(self, agent, critic: bool) -> tuple:
@@ -1013,7 +1022,7 @@ class DiagnosticProbe:
         self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
 
     def after_step(self, agent):
-        self.logps.append(self.policy_logp(agent))
+        self.logps.append(self.policy_logp(agent, self.profile_obs))
 
     def __call__(self, i, j):
         return categorical_kl(self.logps[i], self.logps[j])
@@ -1023,7 +1032,8 @@ class DiagnosticProbe:
         return len(self.logps)
 
     def results(self, agent, batch_size, grad_norm) -> tuple:
-        logp_behavior, logp_after = self.logps[0], self.logps[-1]
+        full_profile = len(self.profile_idx) == len(self.obs)
+        logp_behavior, logp_after = self.behavior, self.logps[-1] if full_profile else self.policy_logp(agent, self.obs)
         kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
         seq, ref = kl_profile(self)
         acts = self.actions.cpu().numpy()
@@ -1271,7 +1281,8 @@ def main():
             idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
             # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
             chunk = 128 if device.type == "cpu" else args.update_chunk_size
-            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk)
+            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk,
+                                    args.num_minibatches * args.update_epochs + 1)
 
         agent.train()
         loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)

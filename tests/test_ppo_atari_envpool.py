@@ -1,5 +1,6 @@
 """ppo_atari_envpool.py: the math against hand-computed values, then end-to-end runs of the script."""
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -716,9 +717,11 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     assert np.allclose(probe.logps[0], logits_full, atol=1e-5)
 
 
-def test_kl_profile_memory_is_capped_at_large_j(monkeypatch):
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_procgen"])  # both CNN scripts carry the same cap
+def test_kl_profile_memory_is_capped_at_large_j(monkeypatch, script):
     """J = 1000 minibatch steps on a tiny linear policy: the profile keeps an evenly strided subset of the
     states within PROFILE_BYTES, and its seq/ref KL equal the uncapped profile's on those states."""
+    m = importlib.import_module(f"cleanrl_scaling.{script}")
     class TinyPolicy(torch.nn.Module):
         channels_last = False
         def __init__(self):
