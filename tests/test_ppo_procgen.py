@@ -443,3 +443,19 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     summary = json.load(open(run_dir / "summary.json"))
     assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
     assert ckpt["global_step"] == 64 * ckpt["iteration"] and ckpt["envs"][0]["games"] is not None
+
+
+@pytest.mark.slow  # two gloo ranks, each its own IMPALA CNN: about a minute on 2 cores
+def test_torchrun_two_gloo_ranks(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", SCRIPT,
+           "--runs-dir", str(tmp_path / "runs")] + TINY + ["--num-envs", "2", "--total-timesteps", "256",
+                                                            "--diagnostics-every", "1"]  # --num-envs is global
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, **ONE_THREAD})
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path)  # rank 0 alone writes
+    assert json.load(open(run_dir / "config.json"))["world_size"] == 2
+    rows = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r]
+    assert [r["global_step"] for r in rows] == [128, 256]  # the global step counts every rank's envs
+    assert any("diagnostics/kl_behavior" in r for r in read_metrics(run_dir))
+    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+    assert len(ckpt["rng"]) == 2 and len(ckpt["envs"]) == 2  # each rank's RNG and env state, for resume
