@@ -446,10 +446,20 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
     for key, value in signature.items():
-        saved = state["signature"].get(key)
+        check(key in state["signature"], f"{flag}: {path} does not record {key} (an older version of {script} "
+              f"wrote it); resume it with that version")
+        saved = state["signature"][key]
         check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
-              f"pass --{key.replace('_', '-')} {saved}")
+              f"pass {as_flag(key, saved)}")
     return state
+
+
+def as_flag(key: str, value) -> str:
+    """The command-line spelling of key=value: --x / --no-x for booleans, --x VALUE otherwise."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
 # <<< shared:checkpoint
 
 

@@ -462,6 +462,12 @@ def test_checkpoint_messages_name_the_flag_that_gave_the_path(tmp_path):
     (tmp_path / "x.ckpt").write_bytes(pickle.dumps({"script": m.SCRIPT, "signature": {"num_envs": 4}}))
     with pytest.raises(m.UsageError, match="^--init-from: the checkpoint has num_envs=4"):
         m.load_checkpoint(str(tmp_path / "x.ckpt"), m.SCRIPT, {"num_envs": 8}, "--init-from")
+    # booleans are named as the flag a user types; a key the checkpoint never recorded is said so, not "None"
+    (tmp_path / "b.ckpt").write_bytes(pickle.dumps({"script": m.SCRIPT, "signature": {"cleanrl_compat": False}}))
+    with pytest.raises(m.UsageError, match="cleanrl_compat=False but this run has True; pass --no-cleanrl-compat$"):
+        m.load_checkpoint(str(tmp_path / "b.ckpt"), m.SCRIPT, {"cleanrl_compat": True})
+    with pytest.raises(m.UsageError, match="^--resume: .*b.ckpt does not record separate_encoders"):
+        m.load_checkpoint(str(tmp_path / "b.ckpt"), m.SCRIPT, {"cleanrl_compat": False, "separate_encoders": False})
 
 
 def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
