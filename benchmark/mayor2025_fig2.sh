@@ -6,10 +6,11 @@
 # against N. Our choice, not the paper's: the N values (our copy of M25 lost them) and the feature schedule.
 # Runs with --cleanrl-compat (CleanRL's semantics, as M25 ran them); CLEANRL_COMPAT=0 runs the default mode.
 #   SCALE=paper (default): Atari-10, 5 seeds, 100M steps, features every 2000 iterations: GPU scale.
-#   SCALE=laptop: Qbert-v5, 2 seeds, 500k steps, features every 25 iterations: 6 runs, about 2 hours on 2 cores.
+#   SCALE=laptop: Qbert-v5, 2 seeds, 250k steps, features every 25 iterations: 6 runs, 77 minutes on 2 cores
+#   with WORKERS=2 (see docs/reproducing/mayor2025_fig2.md).
 RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig2}
 if [[ "${SCALE:-paper}" == laptop ]]; then
-  GAMES=${GAMES:-Qbert-v5}; SEEDS=${SEEDS:-1 2}; TOTAL=${TOTAL:-500000}; EVERY=${EVERY:-25}; STATES=${STATES:-1024}
+  GAMES=${GAMES:-Qbert-v5}; SEEDS=${SEEDS:-1 2}; TOTAL=${TOTAL:-250000}; EVERY=${EVERY:-25}; STATES=${STATES:-1024}
 fi
 LAPTOP_GRID=1
 LARGEST_BATCH=1024  # every grid point: N x T = 1024
@@ -28,3 +29,9 @@ done
   --label "N={num_envs} T={num_steps}" --metric charts/episodic_return diagnostics/feature_rank \
   diagnostics/dormant_frac diagnostics/weight_norm diagnostics/grad_kurtosis diagnostics/policy_variance \
   diagnostics/ess_pct --title "M25 Figs. 3-4 at N x T = 1024" --out "$OUT_DIR/mayor2025_fig2_network"
+for metric in charts/episodic_return diagnostics/feature_rank diagnostics/dormant_frac diagnostics/weight_norm \
+    diagnostics/grad_kurtosis diagnostics/policy_variance diagnostics/ess_pct; do  # Figs. 3-4's direction: vs N
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate sweep "$RUNS_DIR" --x-key num_envs --metric "$metric" --stat final \
+    --final-frac 0.5 --logx --label "N x T = 1024" --title "M25 Figs. 3-4 at N x T = 1024: second-half mean" \
+    --out "$OUT_DIR/mayor2025_fig2_vs_n_${metric#*/}"
+done
