@@ -152,16 +152,17 @@ def dry_run(script, **env):
 
 
 def test_m25_coverage_and_gamma_laptop_grids(tmp_path):
-    """SCALE=laptop (issue 14): one game, 2 seeds, 500k steps, features saved for the coverage metric."""
-    grids = {"mayor2025_fig2": ({("8", "128"), ("32", "32"), ("128", "8")}, None),
-             "mayor2025_fig9": ({("8", "128"), ("32", "128")}, None),
-             "mayor2025_fig12": ({("8", "128"), ("64", "128")}, {"0.95", "0.99", "0.999"})}
-    for script, (settings, gammas) in grids.items():
+    """SCALE=laptop (issue 14): one game, 2 seeds, 250k (Fig. 2, run here) or 500k steps, features saved for the
+    coverage metric."""
+    grids = {"mayor2025_fig2": ({("8", "128"), ("32", "32"), ("128", "8")}, None, "250000"),
+             "mayor2025_fig9": ({("8", "128"), ("32", "128")}, None, "500000"),
+             "mayor2025_fig12": ({("8", "128"), ("64", "128")}, {"0.95", "0.99", "0.999"}, "500000")}
+    for script, (settings, gammas, total) in grids.items():
         out = dry_run(script, SCALE="laptop", RUNS_DIR=tmp_path / script)
         assert out.returncode == 0, out.stderr
         runs = [parse_flags(c) for c in commands(out.stdout)]
         assert {r["env_id"] for r in runs} == {"Qbert-v5"} and {r["seed"] for r in runs} == {"1", "2"}
-        assert {r["total_timesteps"] for r in runs} == {"500000"} and all(r["cleanrl_compat"] for r in runs)
+        assert {r["total_timesteps"] for r in runs} == {total} and all(r["cleanrl_compat"] for r in runs)
         assert {(r["num_envs"], r["num_steps"]) for r in runs} == settings
         if gammas:
             assert {r["gamma"] for r in runs} == gammas and len(runs) == 2 * 2 * 3
