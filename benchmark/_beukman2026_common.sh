@@ -1,8 +1,11 @@
-# Sourced by the Jax2D benchmark/beukman2026_fig*.sh scripts (ppo_ewma_jax2d.py): the launcher call and the
-# aggregation call they share. A figure script = its grid (launch ...) + the figure (aggregate ...).
+# Sourced by the B26 benchmark/beukman2026_fig*.sh scripts (Jax2D: ppo_ewma_jax2d.py; SFL on Kinetix:
+# sfl_kinetix_jax.py): the launcher call and the aggregation call they share. A figure script = its grid
+# (launch ...) + the figure (aggregate ...). A figure script may set SCRIPT (the training script, default
+# ppo_ewma_jax2d.py) before sourcing this file.
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python),
 # FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU),
-# DRY_RUN=1 prints the commands and draws nothing.
+# DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a Slurm array (the bundled template) and draws
+# nothing (run the script again once the array has finished to draw).
 # Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
 # its flags finished); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
 set -euo pipefail
@@ -12,7 +15,9 @@ WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
 read -r -a FLAGS <<< "${FLAGS:-}"
+SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_ewma_jax2d.py}
 EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
+[[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
 
@@ -49,12 +54,12 @@ raise $name to at least $((n * steps)) or use fewer envs"
 
 launch() {  # launch [launcher options] -- [flags for every run]
   [[ " $* " == *" -- "* ]] || die "launch: internal error, no '--' before the run flags"
-  "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --runs-dir "$RUNS_DIR" \
+  "$PYTHON" -m cleanrl_scaling.utils.launcher "$SCRIPT" --runs-dir "$RUNS_DIR" \
     --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@" "${FLAGS[@]}"
 }
 
-aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN)
-  [[ -n "${DRY_RUN:-}" ]] && return 0
+aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN and SLURM)
+  [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
   local command=$1; shift
   "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
 }

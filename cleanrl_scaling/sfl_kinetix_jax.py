@@ -632,7 +632,41 @@ def make_env(env_size: str, network: str, episode_length: int = 256):
     env_params = EnvParams().replace(dense_reward_scale=0.2, max_timesteps=episode_length)
     obs_type = ObservationType.SYMBOLIC_ENTITY if network == "transformer" else ObservationType.SYMBOLIC_FLAT
     env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params, auto_reset=False)
-    return env, env_params, static_params
+    return (EntityEnv(env) if network == "transformer" else env), env_params, static_params
+
+
+class EntityObs(struct.PyTreeNode):
+    """The part of Kinetix's symbolic-entity observation the network reads: per-entity features and presence."""
+    polygons: jnp.ndarray
+    circles: jnp.ndarray
+    joints: jnp.ndarray
+    thrusters: jnp.ndarray
+    polygon_mask: jnp.ndarray
+    circle_mask: jnp.ndarray
+    joint_mask: jnp.ndarray
+    thruster_mask: jnp.ndarray
+
+
+class EntityEnv:
+    """Kinetix's env with its entity observation cut to EntityObs: the dropped attention mask ([4, S, S] per state)
+    and index arrays would dominate the rollout's memory at 65k-1M envs."""
+
+    def __init__(self, env):
+        self.env, self.physics_engine = env, env.physics_engine
+
+    def action_space(self, params):
+        return self.env.action_space(params)
+
+    def get_obs(self, state):
+        return self.compact(self.env.get_obs(state))
+
+    def step_env(self, rng, state, action, params):
+        obs, state, reward, done, info = self.env.step_env(rng, state, action, params)
+        return self.compact(obs), state, reward, done, info
+
+    @staticmethod
+    def compact(obs) -> EntityObs:
+        return EntityObs(**{f.name: getattr(obs, f.name) for f in dataclasses.fields(EntityObs)})
 
 
 def action_layout(env, env_params):
@@ -1456,7 +1490,7 @@ def build(cfg: BuildConfig, buffer_size: int):
     sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
                            filter_ratio=cfg.level_filter_ratio, filter_steps=cfg.level_filter_steps)
     sharded = NamedSharding(mesh, P("envs"))
-    eval_device = jax.devices()[0]  # small programs: one device, instead of the same work on every device
+    eval_device = jax.local_devices()[0]  # small programs: one device of this process, not the same work on all
     eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
     programs = Programs(
         chunk=jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3)),
@@ -1497,8 +1531,7 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
     the K most learnable (the buffer is replaced, as in Kinetix's SFL)."""
     batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.random.fold_in(filter_key, period_index)
-    buffer = jax.tree.map(lambda x: x, runner.buffer)
-    buffer = buffer.replace(score=jnp.full_like(buffer.score, -1.0))  # the previous buffer is not kept
+    buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
     for b in range(args.sfl_num_levels // batch):
         levels = sample_levels(programs.sample, args.level_batch, jax.random.fold_in(key, 2 * b), batch)
         p = programs.score(runner.train.params, levels, jax.random.fold_in(key, 2 * b + 1))
@@ -1617,7 +1650,7 @@ def main():
                   ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
 
     # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
-    eval_device = jax.devices()[0]
+    eval_device = jax.local_devices()[0]
     eval_random = sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
                                 max(args.eval_random_levels, 1))
     handmade = load_handmade_levels(args.env_size, static_params)

@@ -3,6 +3,7 @@ reloads, one WORKERS default, and the H25 scripts drawing their KL profiles. Eve
 tiny run serves as the template (helpers: tests/jax2d_figures.py)."""
 import csv
 import json
+import math
 import re
 import subprocess
 
@@ -177,3 +178,54 @@ def test_scale_is_checked_in_one_line(tmp_path):
         out = dry_run(script, SCALE=scale, RUNS_DIR=tmp_path / "x")
         err = out.stderr.strip().splitlines()
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and f"SCALE={scale}" in err[0], err
+
+
+SFL_GRIDS = {"11": 3 * 4 * 3, "20": 3 * 4 * 3, "15": 3 * 3 * 3, "16": 3 * 3 * 3, "17": 3 * 2 * 3, "18": 3 * 4 * 3,
+             "19": 3 * 3 * 3}
+
+
+def test_sfl_dry_runs_print_b26_grids(tmp_path):
+    """The SFL figure scripts (B26 Figs. 11, 15-20): sfl_kinetix_jax.py commands, s/m/l x the figure's settings x 3
+    seeds; every command passes the script's own validation, and the presets resolve as B26 Table 3 / App. D."""
+    import tyro
+    from cleanrl_scaling import sfl_kinetix_jax as sfl
+    for fig, count in SFL_GRIDS.items():
+        out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / fig)
+        assert out.returncode == 0, out.stderr
+        lines = [line for line in out.stdout.splitlines() if line and not line.startswith("#")]
+        assert all(line.split()[1] == "cleanrl_scaling/sfl_kinetix_jax.py" for line in lines)
+        argvs = commands(out.stdout)
+        runs = [parse_flags(c) for c in argvs]
+        assert len(runs) == count, (fig, out.stdout)
+        assert {r["seed"] for r in runs} == {"1", "2", "3"} and {r["env_size"] for r in runs} == {"s", "m", "l"}
+        resolved = []
+        for argv in argvs:
+            args = tyro.cli(sfl.Args, args=argv)
+            resolved.append((args, sfl.validate(args, argv)))
+        if fig in ("11", "20"):
+            assert {r["preset"] for r in runs} == {"2048", "8192", "65536", "1m"}
+            envs = {a.preset: (a.num_envs, a.sfl_num_levels, a.sfl_update_period, a.sfl_buffer_size, s["num_minibatches"],
+                               s["learning_rate"]) for a, s in resolved}
+            assert envs == {"2048": (2048, 12288, 128, 1024, 32, 5e-5), "8192": (8192, 262144, 256, 8192, 128, 5e-5),
+                            "65536": (65536, 262144, 32, 8192, 1024, 5e-5),
+                            "1m": (1048576, 4194304, 2, 8192, 1024, 2e-4)}
+        elif fig in ("15", "16"):
+            lrs = {s["num_minibatches"]: s["learning_rate"] for _, s in resolved}
+            assert set(lrs) == {32, 1024, 8192} and all(a.num_envs == 1048576 for a, _ in resolved)
+            assert math.isclose(lrs[1024], 2e-4) and math.isclose(lrs[32], 5e-5 * math.sqrt(512))  # App. D at 1024
+        elif fig == "17":
+            assert {r["learning_rate"] for r in runs} == {"5e-5", "1e-5"} and all(a.num_envs == 8192 for a, _ in resolved)
+        elif fig == "18":
+            assert {r["ewma_com"] for r in runs} == {"0", "64", "256", "1024"}
+        elif fig == "19":
+            assert {(a.exp_name, a.sfl_num_levels, a.sfl_buffer_size) for a, _ in resolved} == {
+                ("baseline", 262144, 8192), ("more_filtering", 4194304, 8192),
+                ("more_filtering_larger_buffer", 4194304, 131072)}
+    for fig, env, words in [("11", dict(TOTAL=1000), ["TOTAL=1000", "2048"]), ("11", dict(PRESETS="4096"), ["4096"]),
+                            ("15", dict(FLAGS="--num-minibatches 64"), ["--num-minibatches"]),
+                            ("17", dict(TOTAL=8192 * 256 - 1), ["TOTAL=2097151"])]:
+        out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / "x", **env)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+    slurm = run_script("17", DRY_RUN=1, SLURM=1, SIZES="s", LRS="1e-5", SEEDS="1", RUNS_DIR=tmp_path / "slurm")
+    assert slurm.returncode == 0 and "#SBATCH --array=0-0" in slurm.stdout

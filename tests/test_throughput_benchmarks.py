@@ -112,3 +112,30 @@ def test_mujoco_table_cells_never_show_nan():
     mujoco = load("ppo_continuous_mujoco_throughput")
     assert mujoco.cell(None) == "-" and mujoco.cell(math.nan) == "timeout" and mujoco.cell(1234.4) == "1234"
     assert mujoco.ratio(300.0, None) == "-" and mujoco.ratio(300.0, math.nan) == "-" and mujoco.ratio(300.0, 200.0) == "1.50"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sfl_kinetix_throughput.py
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw, flag", [
+    (dict(repeats=0), "--repeats"),
+    (dict(env_size="xl"), "--env-size"),
+    (dict(num_envs=[256, 0]), "--num-envs 0"),  # checked by the script's own validation, before anything is built
+    (dict(num_steps=0), "--num-steps 0"),
+])
+def test_sfl_benchmark_refuses_bad_options_before_measuring(kw, flag, capsys):
+    sfl = load("sfl_kinetix_throughput")
+    opts = dict(num_envs=[256], num_steps=32, env_size="s", repeats=2)
+    sfl.check_options(argparse.Namespace(**opts))
+    assert flag in refused(sfl.check_options, argparse.Namespace(**{**opts, **kw}), capsys)
+
+
+def test_sfl_filtering_share_by_hand():
+    """At the 2048 preset: every T = 128 updates, 12288 levels generated and scored for 512 steps, against 128 updates
+    of 2048 x 256 training steps and 1024 fresh levels each."""
+    sfl = load("sfl_kinetix_throughput")
+    filtering, training = 12288 * 512 * 1.0, 128 * 2048 * 256 * 1.0
+    assert math.isclose(sfl.filter_share(0.0, 1.0, 1.0), filtering / (filtering + training))
+    assert math.isclose(sfl.filter_share(1.0, 0.0, 0.0), 12288 / (12288 + 128 * 1024))  # generation only
+    args = sfl.configure(256, 32, "s")  # the 2048 preset's SFL values at a benchmark-sized batch
+    assert (args.sfl_num_levels, args.sfl_rollout_length, args.sfl_update_period, args.network) == (12288, 512, 128, "mlp")

@@ -1,0 +1,134 @@
+"""Throughput and filtering cost of sfl_kinetix_jax.py on this machine (issue 11 targets).
+
+For each num_envs (MLP network): random-action rollout SPS on the same levels (the environment alone), training SPS
+(the script's jitted chunk: level assignment, rollout, GAE, update) and their ratio (target >= 0.70); the compile
+time of the training chunk, the level generator and the SFL scoring program; the cost per level of the generator and
+per level-step of the scoring rollout, and from them the share of wall time that SFL's buffer updates take at the
+2048 preset (N = 12288 levels x L = 512 steps every T = 128 updates of 2048 x 256 steps, plus 1024 fresh levels per
+update). The share is an extrapolation from the measured per-step costs at --num-envs, not a 2048-env run (one
+2048 x 256 update takes minutes on this CPU). Memory and the largest real run are measured by the .sh wrapper.
+"""
+import argparse
+import functools
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
+from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
+
+
+def refuse(message):
+    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def configure(num_envs, num_steps, env_size):
+    """The 2048 preset's SFL and PPO settings at this num_envs and rollout length, MLP network, one update a chunk."""
+    argv = ["--preset", "2048", "--network", "mlp", "--num-envs", str(num_envs), "--num-steps", str(num_steps),
+            "--env-size", env_size, "--updates-per-chunk", "1", "--diagnostics-every", "0",
+            "--total-timesteps", str(num_envs * num_steps), "--num-minibatches", "1"]
+    args = m.Args(preset="2048", network="mlp", num_envs=num_envs, num_steps=num_steps, env_size=env_size,
+                  updates_per_chunk=1, diagnostics_every=0, total_timesteps=num_envs * num_steps, num_minibatches=1)
+    scaling = m.validate(args, argv)
+    args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
+    args.learning_rate, args.num_iterations = scaling["learning_rate"], 1
+    args.level_batch = min(args.level_batch, num_envs)
+    return args
+
+
+def check_options(opts):
+    if opts.repeats < 1:
+        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    if opts.env_size not in m.ENV_SIZES:
+        refuse(f"--env-size {opts.env_size!r} is not one of {', '.join(m.ENV_SIZES)}")
+    for n in opts.num_envs:
+        try:
+            configure(n, opts.num_steps, opts.env_size)
+        except m.UsageError as err:
+            refuse(f"--num-envs {n} with --num-steps {opts.num_steps} is not a valid sfl_kinetix_jax.py "
+                   f"configuration ({err})")
+
+
+def timed(fn, *args):
+    t = time.time()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.time() - t
+
+
+def random_rollout_sps(setup, levels, num_steps, repeats):
+    """The same env step as training (auto-reset to the env's level), with uniformly random valid actions."""
+    dims = jnp.asarray(m.action_layout(setup.env, setup.env_params)[0])
+
+    def step(envs, key):
+        action = jax.random.randint(key, (setup.num_envs, dims.shape[0]), 0, dims)
+        return m.env_step(setup, envs, action)[0], None
+
+    @jax.jit
+    def rollout(levels, key):
+        return jax.lax.scan(step, m.start_envs(setup, levels), jax.random.split(key, num_steps))[0]
+    jax.block_until_ready(rollout(levels, jax.random.PRNGKey(0)))  # compile
+    t = time.time()
+    for i in range(repeats):
+        envs = rollout(levels, jax.random.PRNGKey(i + 1))
+    jax.block_until_ready(envs)
+    return repeats * num_steps * setup.num_envs / (time.time() - t)
+
+
+def filter_share(level_seconds, score_step_seconds, train_step_seconds, n=12288, length=512, period=128,
+                 envs=2048, steps=256, fresh_per_update=1024):
+    """Share of wall time in SFL's buffer updates at the 2048 preset, from per-level and per-step costs: every T
+    updates, N generated levels and N x L scoring steps; every update, its fresh levels and envs x steps training."""
+    filtering = n * level_seconds + n * length * score_step_seconds
+    training = period * (fresh_per_update * level_seconds + envs * steps * train_step_seconds)
+    return filtering / (filtering + training)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[256])
+    parser.add_argument("--num-steps", type=int, default=32, help="rollout length of the timed runs")
+    parser.add_argument("--env-size", default="s")
+    parser.add_argument("--repeats", type=int, default=2)
+    opts = parser.parse_args()
+    check_options(opts)
+    print("| num_envs | steps | random SPS | train SPS | ratio | compile s (chunk, generator, scoring) | "
+          "s per level | s per scoring step | filtering share at 2048 |")
+    print("|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for n in opts.num_envs:
+        args = configure(n, opts.num_steps, opts.env_size)
+        t = time.time()
+        setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
+        keys = m.level_keys(jax.random.PRNGKey(0), 0, args.level_batch)
+        _, compile_sample = timed(programs.sample, keys)  # first call: compile + one batch
+        levels, sample_seconds = timed(lambda: m.sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(1), n))
+        runner = programs.init(jax.tree.map(lambda x: x[0], levels), 1)
+        runner = runner.replace(buffer=m.top_k_levels(runner.buffer, levels, jnp.zeros(n)))
+        rand = random_rollout_sps(setup, levels, opts.num_steps, opts.repeats)
+        fresh = jax.tree.map(lambda x: x[None, :m.sfl_counts(args)[1]], levels)
+        hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
+                        vf_coef=jnp.float32(0.5))
+        obs = jax.tree.map(lambda x: x[:1], jax.vmap(setup.env.get_obs)(levels))
+        probe = m.empty_probe(setup, runner.train.params, obs, len(setup.probe_index))
+        (runner, probe, *_), compile_chunk = timed(programs.chunk, hyper, fresh, runner, probe, 1, -1)
+        t = time.time()
+        for _ in range(opts.repeats):
+            runner, probe, stats, _ = programs.chunk(hyper, fresh, runner, probe, 1, -1)
+        jax.block_until_ready(stats)
+        train = opts.repeats * n * opts.num_steps / (time.time() - t)
+        score = functools.partial(programs.score, runner.train.params, levels)
+        _, compile_score = timed(score, jax.random.PRNGKey(0))
+        _, score_seconds = timed(score, jax.random.PRNGKey(1))
+        per_level = sample_seconds / n
+        per_score_step = score_seconds / (n * args.sfl_rollout_length)
+        share = filter_share(per_level, per_score_step, 1.0 / train)
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} | {compile_chunk:.0f}, "
+              f"{compile_sample:.0f}, {compile_score:.0f} | {per_level:.2e} | {per_score_step:.2e} | {share:.1%} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
