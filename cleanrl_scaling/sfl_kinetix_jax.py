@@ -131,7 +131,7 @@ class Args(ScalingArgs, RunArgs):
 
     # SFL (B26 Table 3, 2048 column; Rutherford et al. 2024)
     no_sfl: bool = False
-    """plain PPO on fresh random levels every update (domain randomisation, Kinetix's baseline): no buffer, no filtering"""
+    """plain PPO on fresh random levels every update (domain randomisation, Kinetix's baseline): no buffer or filter"""
     sfl_num_levels: int = 12288
     """N: random levels scored at every buffer update"""
     sfl_rollout_length: int = 512
@@ -178,7 +178,8 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
     distributed: bool = False
-    """call jax.distributed.initialize() first (several hosts, e.g. one process per node under Slurm)"""
+    """call jax.distributed.initialize() first, for several hosts (one process per node under Slurm); not yet run
+    across processes, see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
     """print the per-device memory of this configuration's compiled programs (XLA's analysis) and exit; trains nothing"""
 
@@ -801,7 +802,8 @@ class EntityTransformer(nn.Module):
             x = x + nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.embed_dim, name=f"attn_{i}")(
                 h, h, mask=attend)
             h = nn.LayerNorm(name=f"ln_ffn_{i}")(x)
-            x = x + nn.Dense(self.embed_dim, name=f"ffn_out_{i}")(nn.gelu(nn.Dense(2 * self.embed_dim, name=f"ffn_in_{i}")(h)))
+            h = nn.gelu(nn.Dense(2 * self.embed_dim, name=f"ffn_in_{i}")(h))
+            x = x + nn.Dense(self.embed_dim, name=f"ffn_out_{i}")(h)
         weights = present[..., 1:, None].astype(x.dtype)
         mean = (x[..., 1:, :] * weights).sum(-2) / jnp.maximum(weights.sum(-2), 1.0)
         return jnp.concatenate([x[..., 0, :], mean], axis=-1)
@@ -1354,8 +1356,8 @@ def validate(args, argv: list) -> dict:
     check_ppo_flags(args)
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
     check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
-    for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period", "sfl_filter_batch",
-                 "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim", "num_heads",
+    for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
+                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim", "num_heads",
                  "transformer_depth", "eval_attempts", "updates_per_chunk"):
         check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
@@ -1367,24 +1369,23 @@ def validate(args, argv: list) -> dict:
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
           f"--sfl-filter-batch {filter_batch}; choose a divisor")
-    check(args.embed_dim % args.num_heads == 0, f"--embed-dim {args.embed_dim} must be divisible by --num-heads {args.num_heads}")
+    check(args.embed_dim % args.num_heads == 0,
+          f"--embed-dim {args.embed_dim} must be divisible by --num-heads {args.num_heads}")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
     scaling = resolve_scaling(args)
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
-    from_buffer, fresh = sfl_counts(args)
-    check(from_buffer % devices == 0 and fresh % devices == 0,
-          f"--sfl-sample-ratio {args.sfl_sample_ratio}: {from_buffer} buffer and {fresh} fresh envs must each be "
-          f"divisible by the {devices} devices; adjust --num-envs or --sfl-sample-ratio")
     check(args.level_batch % devices == 0 and filter_batch % devices == 0,
-          f"--level-batch {args.level_batch} and --sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
+          f"--level-batch {args.level_batch} and --sfl-filter-batch {filter_batch} must be divisible by the {devices} "
+          "devices")
     return scaling
 
 
 def signature(args) -> dict:
     """What must match for a checkpoint to be resumed by this run (shapes and the level streams)."""
-    return {"env_size": args.env_size, "episode_length": args.episode_length, "network": args.network, "num_envs": args.num_envs, "no_sfl": args.no_sfl,
+    return {"env_size": args.env_size, "episode_length": args.episode_length, "network": args.network,
+            "num_envs": args.num_envs, "no_sfl": args.no_sfl,
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
             "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
@@ -1567,9 +1568,9 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
                                                len(setup.probe_index)))
     probe = abstract(probe, replicated)
     fresh_count = sfl_counts(args)[1]
+    fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
     fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
-                                                        sharding=NamedSharding(mesh, P(None, "envs"))),
-                         sample_level_example)
+                                                        sharding=fresh_sharding), sample_level_example)
     hyper = Hyper(*(jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for _ in range(4)))
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
@@ -1589,9 +1590,16 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
     return out
 
 
+def init_distributed() -> None:
+    """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
+    coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
+    count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
+
+
 def main():
-    if "--distributed" in sys.argv[1:]:  # before anything touches the devices: several hosts form one device mesh
-        jax.distributed.initialize()
+    if "--distributed" in sys.argv[1:]:  # before anything touches the devices
+        init_distributed()
     args = tyro.cli(Args)
     try:
         scaling = validate(args, sys.argv[1:])

@@ -44,7 +44,7 @@ def tiny(total_iterations: int, **overrides) -> list:
              "diagnostics-states": 16, "updates-per-chunk": 2, "eval-every": 0, "diagnostics-every": 0,
              "progress": "none", "total-timesteps": total_iterations * BATCH}
     flags.update({k.replace("_", "-"): v for k, v in overrides.items()})
-    return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+    return [x for k, v in flags.items() for x in ((f"--{k}",) if v is True else (f"--{k}", str(v)))]
 
 
 # ---------------------------------------------------------------------------------------------------------
