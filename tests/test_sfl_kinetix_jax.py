@@ -302,6 +302,20 @@ def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert len(err) == 1 and flag in err[0] and "Traceback" not in err[0], err
 
 
+def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
+    foreign = tmp_path / "foreign.ckpt"
+    foreign.write_bytes(pickle.dumps({"script": "ppo_ewma_jax2d", "signature": {}}))
+    assert run_main(["--resume", str(foreign)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ppo_ewma_jax2d" in err[0] and "--resume" in err[0]
+    other = tmp_path / "other.ckpt"  # this script's checkpoint, another network: the flag to pass is named
+    other.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1,
+                                    "signature": {**m.signature(m.Args()), "network": "mlp"}}))
+    assert run_main(["--resume", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--network mlp" in err[0]
+
+
 def test_bad_input_exit_2_in_a_fresh_process():
     out = subprocess.run([sys.executable, SCRIPT, "--sfl-buffer-size", "0"], capture_output=True, text=True,
                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
