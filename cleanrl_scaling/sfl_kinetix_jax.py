@@ -1130,11 +1130,14 @@ def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb:
 
 
 def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
+    def step(carry, idx):
+        """One minibatch, gathered when it is used: a permuted copy of the whole batch would double its memory."""
+        return minibatch_step(setup, hyper, probe_on, carry, jax.tree.map(lambda x: x[idx], batch))
+
     def run(carry):
         n = batch.action.shape[0]
         perm = jax.random.permutation(key, n).reshape(setup.num_minibatches, -1)
-        minibatches = jax.tree.map(lambda x: x[perm], batch)
-        carry, stats = jax.lax.scan(functools.partial(minibatch_step, setup, hyper, probe_on), carry, minibatches)
+        carry, stats = jax.lax.scan(step, carry, perm)
         stopped = stats[-1, 4] > setup.target_kl if setup.target_kl is not None else carry.stopped
         return carry.replace(stopped=stopped)
     return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
