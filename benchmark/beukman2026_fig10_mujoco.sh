@@ -10,7 +10,7 @@
 # (actions are clipped here), the LSTM.
 # Figures: returns against steps (one line per choice at the largest N, and the base); the final-return table is
 # in the CSV.
-#   SCALE=laptop: N = 1024: 2 tasks x 3 seeds x (base + 2 choices) = 18 runs of 2M steps, ~4 min each on one core,
+#   SCALE=laptop: N = 1024: 2 tasks x 3 seeds x (base + 2 choices) = 18 runs of 2.1M steps, ~4 min each on one core,
 #   ~1.2 CPU-hours. SCALE=paper: N = 4096, 20M steps.
 # Page: docs/reproducing/beukman2026_fig10_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"
