@@ -6,9 +6,14 @@
 # FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU),
 # DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a Slurm array (the bundled template) and draws
 # nothing (run the script again once the array has finished to draw).
+# SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
+# (LAPTOP_GRID=1 and its laptop defaults before sourcing this file; its header says what it runs and how long).
 # Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
 # its flags finished); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
 set -euo pipefail
+SCALE=${SCALE:-paper}
+[[ "$SCALE" == paper || ( "$SCALE" == laptop && -n "${LAPTOP_GRID:-}" ) ]] || {
+  echo "error: SCALE=$SCALE: this figure runs SCALE=paper$([[ -n "${LAPTOP_GRID:-}" ]] && echo " or laptop") only" >&2; exit 2; }
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}

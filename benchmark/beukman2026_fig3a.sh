@@ -5,10 +5,18 @@
 # with the other COM and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that
 # finished is not repeated). The figure: charts/solve_rate of both phases against environment steps.
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
-# Scale: the paper's budgets need a GPU; on a CPU lower TOTAL/TOTAL2 and FLAGS="--num-envs ...".
-# Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
+#   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
+#   SCALE=laptop: Fig. 5a's laptop setting (the 8 tasks of --task-seed 31, 64 envs x 128 steps, 8 minibatches x
+#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 4 reloads of ~9 min each on
+#   one core, ~1.2 CPU-hours (docs/reproducing/beukman2026_fig3a.md).
+# Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
 # PYTHON, DRY_RUN; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
+if [[ "${SCALE:-paper}" == laptop ]]; then
+  SEEDS=${SEEDS:-1 2}; TOTAL=${TOTAL:-409600}; TOTAL2=${TOTAL2:-819200}
+  FLAGS=${FLAGS:---task-seed 31 --num-tasks 8 --num-envs 64 --num-steps 128 --num-minibatches 8 --update-epochs 8 --eval-every 5 --diagnostics-every 5}
+fi
+LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
 TOTAL=${TOTAL:-50000000}
 TOTAL2=${TOTAL2:-100000000}

@@ -7,15 +7,26 @@
 # Page: docs/ppo_continuous_mujoco.md
 # Our choice, not the paper's: the intermediate splits 500x100, 250x200 and 100x500 (H25 names 1000x50 and 50x1000),
 # the budget (H25 does not state it), the training phases shown in Fig. 2.
-#   bash benchmark/honari2025_minibatch.sh                   # 80 runs of 10M steps, ~25 min each at 7k SPS
+#   SCALE=paper (default): the four tasks, 4 seeds, 10M steps: 80 runs, ~25 min each at 7k SPS.
+#   SCALE=laptop: HalfCheetah-v4 and Walker2d-v4, 4 seeds, 2.1M steps (42 updates: HalfCheetah's 1000-step episodes,
+#   plus the reset step, end every 500.5k steps, the fourth at 2.002M), diagnostics and KL profiles every 4 updates
+#   (~10% of training): 40 runs, from ~3 min (1000-sample minibatches) to ~15 min (50-sample) each on a quiet core,
+#   about 4 CPU-hours, ~2 hours with WORKERS=2 on 2 cores (docs/reproducing/honari2025_fig1_top_fig2.md).
+#   bash benchmark/honari2025_minibatch.sh
 #   DRY_RUN=1 bash benchmark/honari2025_minibatch.sh         # print the commands only
-# Environment: RUNS_DIR (runs/honari2025_minibatch), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
+# Environment: SCALE (paper), RUNS_DIR (runs/honari2025_minibatch), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
 # TOTAL_TIMESTEPS (10000000), DIAGNOSTICS_EVERY (10 iterations), ENV_IDS.
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
 # Runs use --cleanrl-compat (CleanRL's semantics, which H25 ran: truncation as termination, per-env
 # normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCALE=${SCALE:-paper}
+case "$SCALE" in
+  paper) ;;
+  laptop) ENV_IDS=${ENV_IDS:-HalfCheetah-v4 Walker2d-v4}; TOTAL_TIMESTEPS=${TOTAL_TIMESTEPS:-2100000}; DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-4} ;;
+  *) echo "error: SCALE=$SCALE: must be paper or laptop" >&2; exit 2 ;;
+esac
 RUNS_DIR=${RUNS_DIR:-runs/honari2025_minibatch}
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}

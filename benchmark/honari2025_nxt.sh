@@ -8,15 +8,28 @@
 # Fig. 1 top; H25 does not print it for this figure; MINIBATCH_SIZE overrides it), the budget (H25 does not state
 # it), the training phases shown in Fig. 3. The 1 x 2048 run keeps CleanRL's 32 minibatches of 64.
 # Page: docs/ppo_continuous_mujoco.md
+#   SCALE=paper (default): the four tasks, 4 seeds, 10M steps, all three settings.
+#   SCALE=laptop: HalfCheetah-v4 and Walker2d-v4, 4 seeds, 2.1M steps (42 updates; at 1000 envs HalfCheetah's episodes
+#   end at 1.001M and 2.002M steps), diagnostics and KL profiles every 4 updates, 1000x50 and 100x500 only: 16 runs of ~3-5 min
+#   on one core, about 1 CPU-hour. The 1 x 2048 reference is left out: one env steps at ~1.2k SPS here, so its 8 runs
+#   alone would take ~3.5 CPU-hours, and H25's claim compares the two 50 000-sample settings
+#   (docs/reproducing/honari2025_fig1_bottom_fig3.md).
 #   bash benchmark/honari2025_nxt.sh
 #   DRY_RUN=1 bash benchmark/honari2025_nxt.sh              # print the commands only
-# Environment: RUNS_DIR (runs/honari2025_nxt), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
+# Environment: SCALE (paper), RUNS_DIR (runs/honari2025_nxt), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
 # TOTAL_TIMESTEPS (10000000: H25 does not state its budget), DIAGNOSTICS_EVERY (10), MINIBATCH_SIZE (1000), ENV_IDS.
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
 # Runs use --cleanrl-compat (CleanRL's semantics, which H25 ran: truncation as termination, per-env
 # normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCALE=${SCALE:-paper}
+REFERENCE=(--flag-set "--env-backend envpool --num-envs 1 --num-steps 2048 --num-minibatches 32")
+case "$SCALE" in
+  paper) ;;
+  laptop) ENV_IDS=${ENV_IDS:-HalfCheetah-v4 Walker2d-v4}; TOTAL_TIMESTEPS=${TOTAL_TIMESTEPS:-2100000}; DIAGNOSTICS_EVERY=${DIAGNOSTICS_EVERY:-4}; REFERENCE=() ;;
+  *) echo "error: SCALE=$SCALE: must be paper or laptop" >&2; exit 2 ;;
+esac
 RUNS_DIR=${RUNS_DIR:-runs/honari2025_nxt}
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
@@ -37,7 +50,7 @@ COMPAT=(--cleanrl-compat)
   --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
   --flag-set "--env-backend envpool --num-envs 1000 --num-steps 50 --minibatch-size $MINIBATCH_SIZE" \
   --flag-set "--env-backend envpool --num-envs 100 --num-steps 500 --minibatch-size $MINIBATCH_SIZE" \
-  --flag-set "--env-backend envpool --num-envs 1 --num-steps 2048 --num-minibatches 32" \
+  "${REFERENCE[@]}" \
   -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}"
 [[ -n "${DRY_RUN:-}" ]] && exit 0
 

@@ -229,3 +229,97 @@ def test_sfl_dry_runs_print_b26_grids(tmp_path):
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
     slurm = run_script("17", DRY_RUN=1, SLURM=1, SIZES="s", LRS="1e-5", SEEDS="1", RUNS_DIR=tmp_path / "slurm")
     assert slurm.returncode == 0 and "#SBATCH --array=0-0" in slurm.stdout
+
+
+def test_h25_and_b26_laptop_grids(tmp_path):
+    """SCALE=laptop (issue 13): H25 on HalfCheetah and Walker2d, 4 seeds, 2.1M steps, KL profiles every 4 of the 42
+    updates (the 1 x 2048 reference left out); B26 on the 8-task CPU setting, 2 seeds."""
+    both = {"HalfCheetah-v4", "Walker2d-v4"}
+    mb = [parse_flags(c) for c in commands(dry_run("honari2025_minibatch", SCALE="laptop", RUNS_DIR=tmp_path / "m").stdout)]
+    assert len(mb) == 2 * 4 * 5 and {r["env_id"] for r in mb} == both and {r["seed"] for r in mb} == set("1234")
+    assert {r["minibatch_size"] for r in mb} == {"50", "100", "200", "500", "1000"}
+    assert {(r["num_envs"], r["num_steps"], r["total_timesteps"], r["diagnostics_every"]) for r in mb} == {
+        ("500", "100", "2100000", "4")} and all(r["kl_profile"] and r["cleanrl_compat"] for r in mb)
+    nxt = [parse_flags(c) for c in commands(dry_run("honari2025_nxt", SCALE="laptop", RUNS_DIR=tmp_path / "n").stdout)]
+    assert len(nxt) == 2 * 4 * 2 and {r["env_id"] for r in nxt} == both
+    assert {(r["num_envs"], r["num_steps"], r["minibatch_size"]) for r in nxt} == {("1000", "50", "1000"),
+                                                                                  ("100", "500", "1000")}
+    paper = [parse_flags(c) for c in commands(dry_run("honari2025_nxt", RUNS_DIR=tmp_path / "p").stdout)]
+    assert len(paper) == 4 * 4 * 3 and {r["total_timesteps"] for r in paper} == {"10000000"}
+    setting = {"task_seed": "31", "num_tasks": "8", "num_envs": "64", "num_steps": "128", "num_minibatches": "8",
+               "update_epochs": "8"}
+    fig5a = [parse_flags(c) for c in commands(dry_run("beukman2026_fig5a", SCALE="laptop", RUNS_DIR=tmp_path / "5").stdout)]
+    assert len(fig5a) == 4 * 2 and {r["ewma_com"] for r in fig5a} == {"1", "4", "16", "64"}
+    assert all({k: r[k] for k in setting} == setting and r["total_timesteps"] == "819200" for r in fig5a)
+    fig3a = [parse_flags(c) for c in commands(dry_run("beukman2026_fig3a", SCALE="laptop", RUNS_DIR=tmp_path / "3").stdout)]
+    assert {(r["ewma_com"], r["total_timesteps"]) for r in fig3a} == {("2", "409600"), ("32", "409600")}
+    assert len(fig3a) == 4 and all({k: r[k] for k in setting} == setting for r in fig3a)
+    out = dry_run("beukman2026_fig5a", COMS="8", RUNS_DIR=tmp_path / "x")
+    assert out.returncode == 2 and out.stdout == "" and "COMS=8" in out.stderr
+
+
+@pytest.mark.parametrize("script, scale", [("beukman2026_fig4", "laptop"), ("beukman2026_fig5a", "huge"),
+                                           ("honari2025_nxt", "huge"), ("honari2025_minibatch", "laptop2")])
+def test_h25_and_b26_scale_is_checked_in_one_line(script, scale, tmp_path):
+    out = dry_run(script, SCALE=scale, RUNS_DIR=tmp_path / "x")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and f"SCALE={scale}" in err[0], err
+
+
+def mujoco_runs(script, tmp_path, **env):
+    out = dry_run(script, SCALE="laptop", RUNS_DIR=tmp_path / "recipes", **env)
+    assert out.returncode == 0, out.stderr
+    return commands(out.stdout)
+
+
+def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
+    """Issue 15: the laptop grids of the three MuJoCo substitutes, each run's minibatches and lr as ppo_continuous_mujoco
+    resolves them (checked by hand: base 64 x 32 = 2048 samples in 32 minibatches of 64, lr 3e-4), and Fig. 8's N
+    runs being exactly Fig. 9's larger-minibatches runs, so that the shared RUNS_DIR runs them once."""
+    import tyro
+    from cleanrl_scaling import ppo_continuous_mujoco as mj
+
+    def resolved(argv):
+        s = mj.resolve_scaling(tyro.cli(mj.Args, args=argv))
+        return int(s["num_envs"]) if "num_envs" in s else None, s["minibatch_size"], s["num_minibatches"], s["learning_rate"]
+
+    lr = 3e-4
+    fig9 = mujoco_runs("beukman2026_fig9_mujoco", tmp_path)
+    assert len(fig9) == 2 * 3 * (1 + 2 * 4)
+    want = {("64", "none"): (64, 32, lr),
+            ("256", "more-minibatches"): (64, 128, lr), ("1024", "more-minibatches"): (64, 512, lr),
+            ("256", "larger-minibatches"): (256, 32, lr), ("1024", "larger-minibatches"): (1024, 32, lr),
+            ("256", "sqrt-lr"): (256, 32, lr * 2), ("1024", "sqrt-lr"): (1024, 32, lr * 4),
+            ("256", "hybrid"): (128, 64, lr * math.sqrt(2)), ("1024", "hybrid"): (128, 256, lr * math.sqrt(2))}
+    got = {}
+    for argv in fig9:
+        f = parse_flags(argv)
+        assert f["env_id"] in ("Ant-v4", "Humanoid-v4") and f["total_timesteps"] == "2100000"
+        _, mb, nmb, rate = resolved(argv)
+        got[(f["num_envs"], f.get("scaling_recipe", "none"))] = (mb, nmb, pytest.approx(rate))
+    assert got == want
+    for n in ("256", "1024"):  # 'none' from the same base is larger-minibatches, which is why it is not run apart
+        base = ["--num-envs", n, "--num-steps", "32", "--num-minibatches", "32", "--total-timesteps", "2000000"]
+        assert resolved(base)[1:] == resolved(base + ["--base-num-envs", "64", "--scaling-recipe", "larger-minibatches"])[1:]
+    shared = {json.dumps(parse_flags(a), sort_keys=True) for a in fig9}
+    fig8 = [parse_flags(a) for a in mujoco_runs("mayor2025_fig8_mujoco", tmp_path)]
+    assert len(fig8) == 30 and {(r["num_envs"], r["num_steps"]) for r in fig8} == {
+        ("64", "32"), ("256", "32"), ("1024", "32"), ("64", "128"), ("64", "512")}
+    assert sum(json.dumps(r, sort_keys=True) in shared for r in fig8) == 2 * 3 * 3  # base + both N runs
+    fig10 = mujoco_runs("beukman2026_fig10_mujoco", tmp_path)
+    got = {parse_flags(a)["exp_name"]: resolved(a)[1:3] for a in fig10}
+    assert got == {"base": (256, 4), "singla": (4096, 4), "b26": (256, 64)} and len(fig10) == 18
+    assert all(parse_flags(a)["update_epochs"] == "5" and parse_flags(a)["num_steps"] == "16" for a in fig10)
+    paper = [parse_flags(a) for a in commands(dry_run("beukman2026_fig9_mujoco", RUNS_DIR=tmp_path / "p").stdout)]
+    assert {r["num_envs"] for r in paper} == {"64", "256", "1024", "4096"} and len(paper) == 2 * 3 * (1 + 3 * 4)
+
+
+@pytest.mark.parametrize("env, words", [(dict(SCALE="huge"), ["SCALE=huge"]),
+                                        (dict(NUM_ENVS_LIST="32 256"), ["NUM_ENVS_LIST", "base"]),
+                                        (dict(NUM_ENVS_LIST="64 100"), ["100", "multiple"]),
+                                        (dict(TOTAL="1000"), ["TOTAL=1000"])])
+def test_mujoco_recipe_scripts_refuse_bad_settings_in_one_line(env, words, tmp_path):
+    for script in ("beukman2026_fig9_mujoco", "beukman2026_fig10_mujoco", "mayor2025_fig8_mujoco"):
+        out = dry_run(script, RUNS_DIR=tmp_path / "x", **env)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
