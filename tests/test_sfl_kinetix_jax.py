@@ -461,3 +461,16 @@ def test_estimate_memory_compiles_without_training(tmp_path, capsys):
     assert set(report["estimate_memory"]) == {"train_chunk", "level_sampler", "sfl_scoring"}
     assert all(v["total_bytes"] > 0 for v in report["estimate_memory"].values())
     assert not (tmp_path / "never").exists() or not os.listdir(tmp_path / "never")
+
+
+@pytest.mark.slow
+def test_nan_stops_with_exit_3_and_keeps_the_last_good_checkpoint(tmp_path):
+    """A learning rate that overflows the parameters: exit 3, status diverged, the checkpoint of iteration 2 intact."""
+    assert run_main(tiny(2, checkpoint_every=1) + ["--runs-dir", str(tmp_path)]) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    good = open(ckpt, "rb").read()
+    assert run_main(tiny(4, checkpoint_every=1, learning_rate=1e35) + ["--resume", ckpt]) == 3
+    assert open(ckpt, "rb").read() == good
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "diverged"
+    assert [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r] == [1, 2]  # nothing non-finite logged
