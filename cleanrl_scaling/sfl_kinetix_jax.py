@@ -22,6 +22,7 @@ import tyro
 
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "cleanrl_scaling_jax"))
 import jax  # noqa: E402  (after the cache directory is chosen)
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import flax.linen as nn  # noqa: E402
@@ -178,8 +179,8 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
     distributed: bool = False
-    """call jax.distributed.initialize() first, for several hosts (one process per node under Slurm); not yet run
-    across processes, see docs/sfl_kinetix_jax.md"""
+    """call jax.distributed.initialize() first, for several processes (one per node under Slurm; elsewhere set
+    JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); tested with 2 CPU processes, see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
     """print the per-device memory of this configuration's compiled programs (XLA's analysis) and exit; trains nothing"""
 
@@ -690,6 +691,76 @@ def tree_concat(trees):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *trees)
 
 
+def env_mesh() -> Mesh:
+    """SPEC §7: one mesh axis "envs" over every device of every process (jax.devices() is the global list)."""
+    return Mesh(np.array(jax.devices()), ("envs",))
+
+
+# Host <-> device boundaries of the host loop. With several processes a sharded array is one global value of which each
+# process holds only its devices' shards: host values go in with to_global, results come out with fetch.
+def to_global(host_tree, shardings):
+    """Host values as global arrays laid out by `shardings` (one sharding or a matching tree); each process fills only
+    its own devices' shards, from the same host value (everything is derived from the seed, so all processes agree)."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        shardings = jax.tree.map(lambda _: shardings, host_tree)
+
+    def one(x, sharding):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+    return jax.tree.map(one, host_tree, shardings)
+
+
+def fetch(tree):
+    """Numpy copy of device arrays; an array spread over several processes is gathered from all of them, which is a
+    collective: every process must call fetch at the same point of the loop, also when only process 0 uses the result."""
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_get(x)
+    return jax.tree.map(one, tree)
+
+
+def lockstep(name: str) -> None:
+    """Several processes: wait until all get here (the coordination service's barrier, the one JAX's own checkpointing
+    uses; no timeout that a slow step could hit), so that work done by process 0 alone (logs, checkpoint files) never
+    makes the others' next collective wait past gloo's 30 s."""
+    if jax.process_count() > 1:
+        from jax._src import distributed
+        lockstep.count = getattr(lockstep, "count", 0) + 1  # a barrier name is used once
+        distributed.global_state.client.wait_at_barrier(f"sfl_kinetix_jax/{name}/{lockstep.count}", 24 * 3600 * 1000)
+
+
+class InStep:
+    """A jitted program that, with several processes, every process compiles first and then starts together with the
+    others: gloo connects the processes when a program first runs a collective and gives up if one is 30 s late, and
+    compiles (minutes for the level generator) take each process a different time. One process: the plain jit."""
+
+    def __init__(self, name: str, jitted):
+        self.name, self.jitted, self.compiled = name, jitted, {}
+
+    def lower(self, *args):
+        return self.jitted.lower(*args)
+
+    def __call__(self, *args):
+        if jax.process_count() == 1:
+            return self.jitted(*args)
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, tuple((np.shape(x), np.result_type(x), getattr(x, "sharding", None)) for x in leaves))
+        if key not in self.compiled:
+            self.compiled[key] = self.jitted.lower(*args).compile()
+            lockstep(f"compiled {self.name}")
+        return self.compiled[key](*args)
+
+
+def agreed_signal(signum: int) -> int:
+    """The stop signal of any process (Slurm or a user may signal one task only), so that all stop at the same chunk
+    with the same exit code."""
+    if jax.process_count() == 1:
+        return signum
+    lockstep("stop")  # evaluation compiles on each process alone, at its own speed
+    return int(multihost_utils.process_allgather(np.int32(signum)).max())
+
+
 def handmade_level_names(env_size: str) -> list:
     """The hand-designed levels the package ships for this size (levels/{s,m,l}/*.json: Kinetix's eval sets)."""
     import kinetix
@@ -753,8 +824,10 @@ def level_keys(key, start: int, count: int):
 
 
 def sample_levels(sample_batch, level_batch: int, key, n: int):
-    """n random levels in calls of `level_batch` (one compiled program for every request size)."""
-    parts = [sample_batch(level_keys(key, start, level_batch)) for start in range(0, n, level_batch)]
+    """n random levels in calls of `level_batch` (one compiled program for every request size); the keys go in as a
+    global array split over the mesh, the levels stay there."""
+    envs = NamedSharding(env_mesh(), P("envs"))
+    parts = [sample_batch(to_global(fetch(level_keys(key, start, level_batch)), envs)) for start in range(0, n, level_batch)]
     return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
 
 
@@ -1254,7 +1327,7 @@ def flat_params(params) -> np.ndarray:
 
 
 def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
-    probe = jax.device_get(probe)
+    probe, train = fetch((probe, train))  # on every process (a collective); the rest is host math
     mask = np.asarray(setup.network.action_mask)
     steps = int(probe.steps)
     logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
@@ -1264,7 +1337,7 @@ def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_siz
     after, behavior = logps[-1], logps[0]
     taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
     apply = jax.jit(setup.network.apply)
-    prox_logits, _, actor_h, critic_h = apply(jax.device_get(train.prox_params), probe.obs)
+    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
     params_after = flat_params(train.params)
     out = {
         "diagnostics/kl_behavior": kl_behavior,
@@ -1459,7 +1532,7 @@ def build_config(args) -> BuildConfig:
 
 
 class Programs(NamedTuple):
-    """The jitted programs of a configuration."""
+    """The jitted programs of a configuration (those over the global mesh wrapped in InStep)."""
     chunk: Any  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
     sample: Any  # keys [G] -> levels [G]
     score: Any  # (params, levels [B], key) -> p [B]
@@ -1482,7 +1555,7 @@ def build(cfg: BuildConfig, buffer_size: int):
         def schedule(count):
             return cfg.learning_rate * (1.0 - (count // steps_per_iteration) / cfg.anneal_iterations)
     optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(schedule, eps=1e-5))
-    mesh = Mesh(np.array(jax.devices()), ("envs",))
+    mesh = env_mesh()
     setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
                   num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_minibatches=cfg.num_minibatches,
                   update_epochs=cfg.update_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
@@ -1497,10 +1570,11 @@ def build(cfg: BuildConfig, buffer_size: int):
     eval_device = jax.local_devices()[0]  # small programs: one device of this process, not the same work on all
     eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
     programs = Programs(
-        chunk=jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3)),
-        sample=jax.jit(jax.vmap(functools.partial(sample_level, sampler)), in_shardings=sharded, out_shardings=sharded),
-        score=jax.jit(functools.partial(score_levels, setup)),
-        merge=jax.jit(top_k_levels),
+        chunk=InStep("chunk", jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))),
+        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(sample_level, sampler)), in_shardings=sharded,
+                                        out_shardings=sharded)),
+        score=InStep("score", jax.jit(functools.partial(score_levels, setup))),
+        merge=InStep("merge", jax.jit(top_k_levels)),
         first_solved=jax.jit(functools.partial(first_episode_solved, eval_setup)),
         init=jax.jit(functools.partial(init_runner, setup, buffer_size)))
     return setup, static_params, programs
@@ -1536,9 +1610,11 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
     batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.random.fold_in(filter_key, period_index)
     buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
+    replicated = NamedSharding(env_mesh(), P())
     for b in range(args.sfl_num_levels // batch):
         levels = sample_levels(programs.sample, args.level_batch, jax.random.fold_in(key, 2 * b), batch)
-        p = programs.score(runner.train.params, levels, jax.random.fold_in(key, 2 * b + 1))
+        score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
+        p = programs.score(runner.train.params, levels, score_key)
         buffer = programs.merge(buffer, levels, p)
     return runner.replace(buffer=buffer)
 
@@ -1597,7 +1673,10 @@ def init_distributed() -> None:
     """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
     coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
     count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
+
 
 
 def main():
@@ -1631,7 +1710,7 @@ def main():
     t0 = time.time()
     setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
     fresh_key, filter_key = level_streams(args.seed)
-    example = sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(0), 1)
+    example = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(0), 1))  # shapes for init
     template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
         report = estimate_memory(setup, programs, args, template, example)
@@ -1654,21 +1733,24 @@ def main():
         print(f"resuming {args.resume} at iteration {start_iteration}")
     else:
         runner = template
-    runner = jax.device_put(runner, runner_shardings(setup, runner))
+    lockstep("init")  # init compiled on each process alone
+    replicated = NamedSharding(setup.mesh, P())
+    runner = to_global(fetch(runner), runner_shardings(setup, runner))
     obs_example = jax.tree.map(lambda x: x[None], setup.env.get_obs(jax.tree.map(lambda x: x[0], example)))
-    probe = empty_probe(setup, runner.train.params, obs_example, len(setup.probe_index))
-    hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
-                  ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
+    probe = to_global(fetch(empty_probe(setup, template.train.params, obs_example, len(setup.probe_index))), replicated)
+    hyper = to_global(Hyper(clip_coef=np.float32(args.clip_coef), ewma_com=np.float32(args.ewma_com),
+                            ent_coef=np.float32(args.ent_coef), vf_coef=np.float32(args.vf_coef)), replicated)
 
     # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
     eval_device = jax.local_devices()[0]
-    eval_random = sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
-                                max(args.eval_random_levels, 1))
+    eval_random = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
+                                      max(args.eval_random_levels, 1)))
     handmade = load_handmade_levels(args.env_size, static_params)
     num_handmade = len(handmade_level_names(args.env_size))
     eval_levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
                                              args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
-    eval_levels = jax.device_put(jax.device_get(eval_levels), eval_device)
+    eval_levels = jax.device_put(fetch(eval_levels), eval_device)
+    lockstep("levels")  # the hand-designed levels load on each process alone
     eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
     print(f"levels, {num_handmade} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
 
@@ -1686,6 +1768,7 @@ def main():
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
                        start_iteration if args.resume else 0, headline="charts/solve_rate_random") if lead else None
     stop = StopFlag()
+    lockstep("run directory")  # process 0 has written it
 
     def log(step, it, scalars):
         if logger:
@@ -1698,16 +1781,18 @@ def main():
     status, iteration = "finished", start_iteration
 
     def checkpoint(iteration, runner):
+        leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]  # on every process: a collective
         if not logger:
             return
         save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
             "script": SCRIPT, "signature": signature(args), "iteration": iteration,
             "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
             "filter_seconds": filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-            "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
+            "runner": leaves})
 
     def run_eval(iteration, params):
-        solved = jax.device_get(programs.first_solved(eval_levels, jax.device_put(params, eval_device),
+        # every process evaluates the same on its own device, so that all stay in step; process 0 logs
+        solved = jax.device_get(programs.first_solved(eval_levels, jax.device_put(fetch(params), eval_device),
                                                       jax.random.fold_in(eval_key, iteration)))
         rates = level_solve_rates(solved, args.eval_attempts)
         scalars = {"charts/solve_rate_handmade": float(rates[args.eval_random_levels:].mean())}
@@ -1721,7 +1806,7 @@ def main():
         if not args.no_sfl and iteration % args.sfl_update_period == 0:  # B26 Table 3: every T updates
             t_filter = time.time()
             runner = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period)
-            stats_buffer = buffer_stats(jax.device_get(runner.buffer))
+            stats_buffer = buffer_stats(fetch(runner.buffer))
             filter_seconds += time.time() - t_filter
             log(global_step, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
         end = next_stop(iteration, args)
@@ -1729,8 +1814,9 @@ def main():
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
         fresh = fresh_levels(programs, args, fresh_key, iteration, n)
         runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
-        stats, episodes = jax.device_get((stats, episodes))
-        params_ok = all(np.isfinite(x).all() for x in jax.device_get(jax.tree.leaves(runner.train.params)))
+        # gathered global values, the same on every process: all take the same NaN decision below
+        stats, episodes = fetch((stats, episodes))
+        params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
         finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
         bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)
 
@@ -1769,12 +1855,14 @@ def main():
             last_eval = run_eval(iteration, runner.train.params)
         if logger:
             logger.progress(global_step, sps)
+        stop.signum = agreed_signal(stop.signum)  # a chunk boundary: every process stops here or none does
         if stop.signum:
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
             checkpoint(iteration, runner)
         if logger:
             logger.flush()
+        lockstep("chunk")  # process 0 has logged and written the checkpoint
         if status == "interrupted":
             break
 
@@ -1790,9 +1878,11 @@ def main():
         print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
               f"levels, {summary['solve_rate_handmade']:.4f} on {num_handmade} hand-designed levels "
               f"({args.eval_attempts} attempts each)")
+        lockstep("final")  # process 0 has written the checkpoint
+        params = fetch(runner.train.params) if args.save_model else None  # on every process: a collective
         if args.save_model and logger:
             model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
-            atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))
+            atomic_write(model_path, pickle.dumps(params))
             summary["model_path"] = model_path
             print(f"model saved to {model_path}")
     if logger:

@@ -14,8 +14,10 @@ import os
 import pathlib
 import pickle
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
@@ -437,14 +439,21 @@ def test_no_sfl_trains_on_fresh_levels_only(tmp_path):
     assert [r["iteration"] for r in metrics if "losses/policy_loss" in r] == [1, 2]
 
 
-@pytest.mark.slow
-def test_four_devices_give_the_one_device_result(runs, tmp_path):
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    """The tiny run in one process with 4 CPU devices (a subprocess: the device count is fixed when JAX starts)."""
+    runs_dir = tmp_path_factory.mktemp("four_devices")
     env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
                PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, SCRIPT] + tiny(4, eval_every=2) + ["--runs-dir", str(tmp_path)],
+    out = subprocess.run([sys.executable, SCRIPT] + tiny(4, eval_every=2) + ["--runs-dir", str(runs_dir)],
                          env=env, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-2000:]
-    run_dir = run_dir_of(str(tmp_path))
+    return run_dir_of(str(runs_dir))
+
+
+@pytest.mark.slow
+def test_four_devices_give_the_one_device_result(runs, four_devices):
+    run_dir = four_devices
     assert json.load(open(os.path.join(run_dir, "config.json")))["devices"] == 4
     one, four = training_curve(runs["nodiag"]), training_curve(run_dir)
     assert [(i, k) for i, k, _ in one] == [(i, k) for i, k, _ in four]
@@ -452,6 +461,75 @@ def test_four_devices_give_the_one_device_result(runs, tmp_path):
     # once parameters differ in the last bits, so the comparison covers the buffer fill and the first two updates
     early = [(v4, v1) for (i, _, v4), (_, _, v1) in zip(four, one) if i <= 2]
     np.testing.assert_allclose(*zip(*early), rtol=1e-3, atol=1e-5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def start_two_processes(argv, workdir):
+    """2 processes x 2 CPU devices, joined by --distributed over gloo: the same 4-device mesh as one process with 4.
+    Output goes to files (a full pipe would block one process, and the other in its next collective)."""
+    port, procs = free_port(), []
+    for rank in range(2):
+        env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=2",
+                   PYTHONPATH=str(REPO), JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                   JAX_PROCESS_ID=str(rank))
+        log = open(os.path.join(workdir, f"process{rank}.log"), "w")
+        procs.append(subprocess.Popen([sys.executable, SCRIPT] + argv + ["--distributed"], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT))
+    return procs
+
+
+def wait_all(procs, workdir, timeout=3600):
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:  # a failed process leaves the other waiting in a collective
+            if p.poll() is None:
+                p.kill()
+    logs = [open(os.path.join(workdir, f"process{rank}.log")).read()[-3000:] for rank in range(len(procs))]
+    return codes, logs
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_four_device_result(four_devices, tmp_path):
+    runs_dir = tmp_path / "runs"
+    procs = start_two_processes(tiny(4, eval_every=2) + ["--runs-dir", str(runs_dir)], tmp_path)
+    codes, logs = wait_all(procs, tmp_path)
+    assert codes == [0, 0], logs
+    assert len(os.listdir(runs_dir)) == 1  # only process 0 writes
+    run_dir = run_dir_of(str(runs_dir))
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["devices"] == 4 and config["processes"] == 2
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "finished"
+    # the same 4-device mesh and programs, only the processes differ: measured bit for bit, so asserted exactly
+    assert training_curve(run_dir) == training_curve(four_devices)
+    states = [pickle.load(open(os.path.join(d, "checkpoints", "latest.ckpt"), "rb"))["runner"] for d in (run_dir, four_devices)]
+    for a, b in zip(*states):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_with_a_checkpoint(tmp_path):
+    runs_dir = tmp_path / "runs"
+    procs = start_two_processes(tiny(400) + ["--runs-dir", str(runs_dir)], tmp_path)
+    deadline = time.time() + 3600
+    while time.time() < deadline and all(p.poll() is None for p in procs):  # wait until training has begun
+        metrics = glob.glob(str(runs_dir / "*" / "metrics.jsonl"))
+        if metrics and "losses/policy_loss" in open(metrics[0]).read():  # text: a line may be half written
+            break
+        time.sleep(2)
+    procs[1].send_signal(signal.SIGTERM)  # not process 0: the stop must be agreed across processes
+    codes, logs = wait_all(procs, tmp_path)
+    assert codes == [128 + signal.SIGTERM] * 2, logs
+    run_dir = run_dir_of(str(runs_dir))
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["status"] == "interrupted" and 2 <= summary["iteration"] < 400
+    ckpt = pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))
+    assert ckpt["iteration"] == summary["iteration"]
 
 
 @pytest.mark.slow
