@@ -218,25 +218,13 @@ def dataclasses_equal(a, b, ignore=()):
 # ---------------------------------------------------------------------------------------------------------
 # Network
 # ---------------------------------------------------------------------------------------------------------
-@struct.dataclass
-class Entities:
-    polygons: jnp.ndarray
-    circles: jnp.ndarray
-    joints: jnp.ndarray
-    thrusters: jnp.ndarray
-    polygon_mask: jnp.ndarray
-    circle_mask: jnp.ndarray
-    joint_mask: jnp.ndarray
-    thruster_mask: jnp.ndarray
-
-
 def test_entity_transformer_ignores_entity_order_and_absent_entities():
     key = jax.random.PRNGKey(0)
     ks = jax.random.split(key, 5)
-    obs = Entities(polygons=jax.random.normal(ks[0], (2, 5, 27)), circles=jax.random.normal(ks[1], (2, 2, 19)),
-                   joints=jax.random.normal(ks[2], (2, 2, 22)), thrusters=jax.random.normal(ks[3], (2, 1, 8)),
-                   polygon_mask=jnp.array([[1, 1, 1, 0, 1], [1, 1, 0, 0, 0]], bool), circle_mask=jnp.ones((2, 2), bool),
-                   joint_mask=jnp.array([[1, 1], [0, 0]], bool), thruster_mask=jnp.ones((2, 1), bool))
+    obs = m.EntityObs(polygons=jax.random.normal(ks[0], (2, 5, 27)), circles=jax.random.normal(ks[1], (2, 2, 19)),
+                     joints=jax.random.normal(ks[2], (2, 2, 22)), thrusters=jax.random.normal(ks[3], (2, 1, 8)),
+                     polygon_mask=jnp.array([[1, 1, 1, 0, 1], [1, 1, 0, 0, 0]], bool), circle_mask=jnp.ones((2, 2), bool),
+                     joint_mask=jnp.array([[1, 1], [0, 0]], bool), thruster_mask=jnp.ones((2, 1), bool))
     net = m.ActorCritic(action_mask=np.ones((6, 3), bool), network="transformer", hidden_size=8, num_layers=2,
                         embed_dim=16, num_heads=4, depth=2)
     params = net.init(ks[4], obs)
