@@ -540,3 +540,34 @@ def test_nan_stops_with_exit_3_and_keeps_the_last_good_checkpoint(tmp_path):
     assert open(ckpt, "rb").read() == good
     assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "diverged"
     assert [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r] == [1, 2]  # nothing non-finite logged
+
+
+def test_ppo_math_copies_agree_with_ppo_ewma_jax2d():
+    """The single-file scripts copy their PPO-EWMA math instead of importing it; the copies here must compute what
+    ppo_ewma_jax2d.py's (unit-tested against hand values there) computes, on a rollout with a termination and a
+    truncation, EWMA on and off."""
+    from cleanrl_scaling import ppo_ewma_jax2d as ref
+    k = jax.random.split(jax.random.PRNGKey(3), 6)
+    t, n = 5, 3
+    done = jnp.zeros((t, n), bool).at[1, 0].set(True).at[3, 1].set(True)
+    terminated = jnp.zeros((t, n), bool).at[1, 0].set(True)  # env 1's end at step 3 is a time-limit truncation
+    fields = dict(obs=jnp.zeros((t, n, 1)), action=jnp.zeros((t, n), jnp.int32), logp=jnp.zeros((t, n)),
+                  value=jax.random.normal(k[0], (t, n)), reward=jax.random.normal(k[1], (t, n)), done=done,
+                  terminated=terminated, next_value=jax.random.normal(k[2], (t, n)))
+    last = jax.random.normal(k[3], (n,))
+    for ours, theirs in zip(m.compute_gae(m.Transition(**fields), last, 0.99, 0.9),
+                            ref.compute_gae(ref.Transition(**fields), last, 0.99, 0.9)):
+        np.testing.assert_array_equal(ours, theirs)
+    logits = jax.random.normal(k[4], (4, 2, 3))
+    actions = jnp.array([[0, 2], [1, 1], [2, 0], [0, 0]])
+    np.testing.assert_array_equal(m.log_prob(logits, actions), ref.log_prob(logits, actions))
+    np.testing.assert_array_equal(m.entropy(logits), ref.entropy(logits))
+    newlogp, prox, behavior, adv = jax.random.normal(k[5], (4, 8))
+    for imp_samp_max in (0.0, 2.0):
+        np.testing.assert_array_equal(m.decoupled_pg_loss(newlogp, prox, behavior, adv, 0.2, imp_samp_max),
+                                      ref.decoupled_pg_loss(newlogp, prox, behavior, adv, 0.2, imp_samp_max))
+    params, prox_params = {"w": jnp.arange(3.0)}, {"w": jnp.ones(3)}
+    np.testing.assert_array_equal(m.ewma_update(prox_params, params, 16.0)["w"], ref.ewma_update(prox_params, params, 16.0)["w"])
+    cond = jnp.array([True, False, True])
+    np.testing.assert_array_equal(m.tree_select(cond, {"a": jnp.ones((3, 2))}, {"a": jnp.zeros((3, 2))})["a"],
+                                  ref.tree_select(cond, {"a": jnp.ones((3, 2))}, {"a": jnp.zeros((3, 2))})["a"])
