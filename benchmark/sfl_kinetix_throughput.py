@@ -15,6 +15,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import tyro
 
 sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
@@ -31,8 +32,7 @@ def configure(num_envs, num_steps, env_size):
     argv = ["--preset", "2048", "--network", "mlp", "--num-envs", str(num_envs), "--num-steps", str(num_steps),
             "--env-size", env_size, "--updates-per-chunk", "1", "--diagnostics-every", "0",
             "--total-timesteps", str(num_envs * num_steps), "--num-minibatches", "1"]
-    args = m.Args(preset="2048", network="mlp", num_envs=num_envs, num_steps=num_steps, env_size=env_size,
-                  updates_per_chunk=1, diagnostics_every=0, total_timesteps=num_envs * num_steps, num_minibatches=1)
+    args = tyro.cli(m.Args, args=argv)  # parsed as the script parses it: one list of flags, not two
     scaling = m.validate(args, argv)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
     args.learning_rate, args.num_iterations = scaling["learning_rate"], 1
