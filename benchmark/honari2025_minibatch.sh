@@ -11,7 +11,7 @@
 #   SCALE=laptop: HalfCheetah-v4 and Walker2d-v4, 4 seeds, 2.1M steps (42 updates: HalfCheetah's 1000-step episodes,
 #   plus the reset step, end every 500.5k steps, the fourth at 2.002M), diagnostics and KL profiles every 4 updates
 #   (~10% of training): 40 runs, from ~3 min (1000-sample minibatches) to ~15 min (50-sample) each on a quiet core,
-#   about 7 CPU-hours measured (3.7 for HalfCheetah), ~3.5 hours with WORKERS=2 on 2 cores (docs/reproducing/honari2025_fig1_top_fig2.md).
+#   9.2 CPU-hours measured (3.7 HalfCheetah, 5.5 Walker2d), ~4.6 hours with WORKERS=2 on 2 cores (docs/reproducing/honari2025_fig1_top_fig2.md).
 #   bash benchmark/honari2025_minibatch.sh
 #   DRY_RUN=1 bash benchmark/honari2025_minibatch.sh         # print the commands only
 # Environment: SCALE (paper), RUNS_DIR (runs/honari2025_minibatch), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),
