@@ -83,7 +83,7 @@ class Args(ScalingArgs, RunArgs):
 
     # Algorithm specific arguments (defaults: B26 App. A, Table 2)
     env_id: str = "Jax2D-Locomotion-l"
-    """Jax2D-Locomotion-{s,m,l}: kinetix's procedural locomotion generator at that scene size"""
+    """Jax2D-Locomotion-l: kinetix's procedural locomotion generator at the large scene size (the only one it fits)"""
     total_timesteps: int = 100_000_000
     """total timesteps of the experiments"""
     learning_rate: float = 3e-4
@@ -530,7 +530,9 @@ def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 # Environment: a fixed set of generated tasks, replayed by resetting to a stored level
 # ---------------------------------------------------------------------------------------------------------
-ENV_SIZES = {"Jax2D-Locomotion-s": "s", "Jax2D-Locomotion-m": "m", "Jax2D-Locomotion-l": "l"}
+# Only "l": kinetix's locomotion generator needs a body, two legs and two ankles beyond the 4 fixed polygons (the s and
+# m scenes have 1 and 2 free polygons, and the generator fails on them with a negative array size).
+ENV_SIZES = {"Jax2D-Locomotion-l": "l"}
 
 
 def make_env(env_id: str):
