@@ -2,13 +2,14 @@
 # B26 Fig. 3a (Jax2D locomotion, ppo_ewma_jax2d.py): a run that plateaued at one COM, reloaded with another COM,
 # moves to the new COM's level (up when the COM is raised, down when it is lowered). Page: docs/ppo_ewma_jax2d.md
 # Phase 1 trains at COM 2 and 32 to TOTAL steps; phase 2 reloads the final checkpoint of every *finished* phase-1 run
-# with the other COM and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that
-# finished is not repeated). The figure: charts/solve_rate of both phases against environment steps.
+# with the other COM, and with its own COM as the reference (the run continued unchanged, B26's full-length lines),
+# and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that finished is not
+# repeated). The figure: charts/solve_rate of both phases against environment steps.
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
 #   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
 #   SCALE=laptop: Fig. 5a's laptop setting (the 8 tasks of --task-seed 31, 64 envs x 128 steps, 8 minibatches x
-#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 4 reloads of ~9 min each on
-#   one core, ~1.2 CPU-hours (docs/reproducing/beukman2026_fig3a.md).
+#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 8 reloads of ~9 min each on
+#   one core, ~1.8 CPU-hours (docs/reproducing/beukman2026_fig3a.md).
 # Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
 # PYTHON, DRY_RUN; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
@@ -30,7 +31,7 @@ not_in_flags ewma-com exp-name init-from resume seed total-timesteps
 PHASE1=(); for com in "${COMS[@]}"; do PHASE1+=(--flag-set "--exp-name com$com --ewma-com $com"); done
 launch --job-name beukman2026_fig3a_phase1 "${PHASE1[@]}" -- --total-timesteps "$TOTAL"
 
-# Phase 2: one reload per finished phase-1 run and other COM (interrupted runs are not reloaded)
+# Phase 2: one reload per finished phase-1 run and COM, its own included (interrupted runs are not reloaded)
 mapfile -t RELOADS < <("$PYTHON" - "$RUNS_DIR" "${COMS[@]}" <<'PY'
 import os, shlex, sys
 from cleanrl_scaling.utils.rundirs import read_json, run_status
@@ -45,9 +46,8 @@ for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
     com = f"{float(args.get('ewma_com', 0)):g}"
     if args.get("init_from") or args.get("exp_name") != f"com{com}":
         continue
-    for new in coms:
-        if new != com:
-            print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
+    for new in coms:  # its own COM too: the reference continuation the switched runs are compared with
+        print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
 PY
 )
 if (( ${#RELOADS[@]} )); then

@@ -119,9 +119,10 @@ def draw_every_figure(template: pathlib.Path, tmp_path: pathlib.Path) -> None:
         if fig in ("7", "8"):
             del env["TOTAL"]
         populate(fig, runs_dir, template, env)
-        if fig == "3a":  # phase 2 appears once phase 1 finished: one reload per run and other COM, then written too
+        if fig == "3a":  # phase 2 appears once phase 1 finished: one reload per run and COM, then written too
             reloads = [parse_flags(a) for a in populate(fig, runs_dir, template, env, sub="reloaded")]
-            assert sorted((r["exp_name"], r["seed"]) for r in reloads) == [("com2_to_32", "1"), ("com32_to_2", "1")]
+            assert sorted((r["exp_name"], r["seed"]) for r in reloads) == [
+                ("com2_to_2", "1"), ("com2_to_32", "1"), ("com32_to_2", "1"), ("com32_to_32", "1")]
             assert all(r["init_from"].endswith("checkpoints/latest.ckpt") for r in reloads)
         out = run_script(fig, **env)
         assert out.returncode == 0, (fig, out.stdout, out.stderr)
@@ -168,4 +169,4 @@ def check_figure_numbers(out_dir: pathlib.Path) -> None:
     fig6b = read_csv(out_dir / "beukman2026_fig6b.csv")
     assert {r["clip_coef"] for r in fig6b} == {"0", "0.1", "0.2", "0.4"}  # the CSV writes 0.0 as 0
     assert {r["group"] for r in read_csv(out_dir / "beukman2026_fig3a.csv")} == {
-        "com2", "com32", "com2_to_32", "com32_to_2"}
+        "com2", "com32", "com2_to_2", "com2_to_32", "com32_to_2", "com32_to_32"}

@@ -75,8 +75,8 @@ def write_finished(run_dir, config: dict, rows=(), profile=(), status="finished"
 
 
 def test_fig3a_reloads_each_finished_run_once(tmp_path):
-    """Phase 2 lists one reload per *finished* phase-1 run and other COM (an interrupted run is not reloaded), shows
-    it in DRY_RUN, and does not repeat it once it finished."""
+    """Phase 2 lists one reload per *finished* phase-1 run and COM (the other COM, and its own as the reference; an
+    interrupted run is not reloaded), shows them in DRY_RUN, and does not repeat one once it finished."""
     runs = tmp_path / "runs"
     for seed, status in ((1, "finished"), (2, "interrupted")):
         run = runs / f"Jax2D-Locomotion-l__com2__{seed}__100"
@@ -88,13 +88,16 @@ def test_fig3a_reloads_each_finished_run_once(tmp_path):
     out = run_script("3a", **env)
     assert out.returncode == 0, out.stderr
     reloads = [parse_flags(c) for c in commands(out.stdout) if "--init-from" in c]
-    assert len(reloads) == 1 and reloads[0]["exp_name"] == "com2_to_32" and reloads[0]["seed"] == "1"
-    assert reloads[0]["init_from"] == str(runs / "Jax2D-Locomotion-l__com2__1__100" / "checkpoints" / "latest.ckpt")
-    argv = [c for c in commands(out.stdout) if "--init-from" in c][0]
+    assert sorted((r["exp_name"], r["ewma_com"], r["seed"]) for r in reloads) == [
+        ("com2_to_2", "2", "1"), ("com2_to_32", "32", "1")]
+    ckpt = str(runs / "Jax2D-Locomotion-l__com2__1__100" / "checkpoints" / "latest.ckpt")
+    assert all(r["init_from"] == ckpt for r in reloads)
+    argv = [c for c in commands(out.stdout) if "com2_to_32" in c][0]
     write_finished(runs / "reloaded" / "Jax2D-Locomotion-l__com2_to_32__1__200",
                    {"script": "ppo_ewma_jax2d", "argv": argv, "args": {"exp_name": "com2_to_32"}})
     out = run_script("3a", **env)
-    assert not [c for c in commands(out.stdout) if "--init-from" in c] and "1 skipped as finished" in out.stdout
+    left = [parse_flags(c)["exp_name"] for c in commands(out.stdout) if "--init-from" in c]
+    assert left == ["com2_to_2"] and "1 skipped as finished" in out.stdout
 
 
 def test_workers_default_is_one_everywhere():
