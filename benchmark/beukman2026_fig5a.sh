@@ -2,7 +2,9 @@
 # B26 Figs. 1a and 5a (Jax2D locomotion, ppo_ewma_jax2d.py): the proximal policy's center of mass sets the outer step
 # size: too low a COM plateaus early, too high a COM learns slowly. Fig. 1a shows three of Fig. 5a's COMs.
 # The figures: charts/solve_rate against environment steps, one line per COM (Fig. 1a: the lowest, a middle and the
-# highest COM of the grid). Pages: docs/ppo_ewma_jax2d.md, docs/reproducing/beukman2026_fig1a_fig5a.md
+# highest COM of the grid). Figs. 2b and 2c from the same runs: the gradient norm before clipping and the KL from the
+# behaviour policy after each update (diagnostics/grad_norm, diagnostics/kl_behavior) per COM.
+# Pages: docs/ppo_ewma_jax2d.md, docs/reproducing/beukman2026_fig1a_fig5a.md
 # Our choice, not the paper's: the COMs (B26 does not list Fig. 5a's), the budget, the seeds.
 #   SCALE=paper (default): all 512 tasks, B26 Table 2 (2048 envs x 256 steps), COMs 1-64, 100M steps, 5 seeds: GPU scale.
 #   SCALE=laptop: the 8 tasks of --task-seed 31 (the CPU learning check of docs/ppo_ewma_jax2d.md, chosen before any
@@ -32,3 +34,10 @@ aggregate curves --filter "ewma_com=${C[0]},${C[${#C[@]} / 2]},${C[-1]}" --metri
   --group-by ewma_com --label "COM {ewma_com}" --x global_step --ylabel "solve rate" \
   --title "B26 Fig. 1a: too low a COM plateaus, too high learns slowly (mean and 95% CI)" \
   --out "$OUT_DIR/beukman2026_fig1a"
+aggregate curves --metric diagnostics/grad_norm --group-by ewma_com --label "COM {ewma_com}" --x global_step \
+  --logy --ylabel "gradient norm (before clipping)" --title "B26 Fig. 2b: gradient norm per COM (mean and 95% CI)" \
+  --out "$OUT_DIR/beukman2026_fig2b"
+aggregate curves --metric diagnostics/kl_behavior --group-by ewma_com --label "COM {ewma_com}" --x global_step \
+  --logy --ylabel "KL(behaviour || after the update)" \
+  --title "B26 Fig. 2c: KL to the behaviour policy per COM (mean, 95% CI)" \
+  --out "$OUT_DIR/beukman2026_fig2c"

@@ -21,7 +21,8 @@ import pytest
 from cleanrl_scaling.utils.rundirs import parse_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-FIGURES = {"3a": ["beukman2026_fig3a"], "4": ["beukman2026_fig4"], "5a": ["beukman2026_fig5a"],
+FIGURES = {"3a": ["beukman2026_fig3a"], "4": ["beukman2026_fig4"],
+           "5a": ["beukman2026_fig5a", "beukman2026_fig1a", "beukman2026_fig2b", "beukman2026_fig2c"],
            "5b": ["beukman2026_fig5b"], "6": ["beukman2026_fig6a", "beukman2026_fig6b"],
            "7": ["beukman2026_fig7a", "beukman2026_fig7b"], "8": ["beukman2026_fig8"],
            "9": ["beukman2026_fig9", "beukman2026_fig13", "beukman2026_fig14"],
