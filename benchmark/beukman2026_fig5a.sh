@@ -9,7 +9,7 @@
 #   SCALE=paper (default): all 512 tasks, B26 Table 2 (2048 envs x 256 steps), COMs 1-64, 100M steps, 5 seeds: GPU scale.
 #   SCALE=laptop: the 8 tasks of --task-seed 31 (the CPU learning check of docs/ppo_ewma_jax2d.md, chosen before any
 #   COM was run), 64 envs x 128 steps, 8 minibatches x 8 epochs, COMs 1, 4, 16, 64, 819,200 steps (100 updates),
-#   2 seeds: 8 runs of ~18 min on one core, ~2.4 CPU-hours.
+#   2 seeds: 8 runs of ~19 min on one core, ~2.5 CPU-hours (docs/reproducing/beukman2026_fig1a_fig5a.md).
 # Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig5a), OUT_DIR, WORKERS, SEEDS, FLAGS,
 # PYTHON, DRY_RUN; TOTAL (steps per run), COMS (comma-separated).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig5a}
@@ -29,6 +29,10 @@ launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timestep
 aggregate curves --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" --x global_step \
   --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM (mean and 95% CI over seeds)" \
   --out "$OUT_DIR/beukman2026_fig5a"
+# the same curves from every training episode (thousands per update; the evaluation above is one episode per task)
+aggregate curves --metric charts/train_solve_rate --group-by ewma_com --label "COM {ewma_com}" --x global_step \
+  --ylabel "solve rate, training episodes" --title "B26 Fig. 5a from the training episodes (mean and 95% CI)" \
+  --out "$OUT_DIR/beukman2026_fig5a_train"
 IFS=, read -r -a C <<< "$COMS"
 aggregate curves --filter "ewma_com=${C[0]},${C[${#C[@]} / 2]},${C[-1]}" --metric charts/solve_rate \
   --group-by ewma_com --label "COM {ewma_com}" --x global_step --ylabel "solve rate" \

@@ -22,7 +22,8 @@ from cleanrl_scaling.utils.rundirs import parse_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FIGURES = {"3a": ["beukman2026_fig3a"], "4": ["beukman2026_fig4"],
-           "5a": ["beukman2026_fig5a", "beukman2026_fig1a", "beukman2026_fig2b", "beukman2026_fig2c"],
+           "5a": ["beukman2026_fig5a", "beukman2026_fig5a_train", "beukman2026_fig1a", "beukman2026_fig2b",
+                  "beukman2026_fig2c"],
            "5b": ["beukman2026_fig5b"], "6": ["beukman2026_fig6a", "beukman2026_fig6b"],
            "7": ["beukman2026_fig7a", "beukman2026_fig7b"], "8": ["beukman2026_fig8"],
            "9": ["beukman2026_fig9", "beukman2026_fig13", "beukman2026_fig14"],
@@ -94,6 +95,8 @@ def write_like(template: pathlib.Path, runs_dir: pathlib.Path, argv: list, index
     for r in rows:
         if "charts/solve_rate" in r:
             r["charts/solve_rate"] = final * r["global_step"] / last
+        if "losses/policy_loss" in r:  # a longer run logs it at every update in which training episodes ended
+            r["charts/train_solve_rate"] = final * r["global_step"] / last
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return args
 
@@ -152,6 +155,11 @@ def check_figure_numbers(out_dir: pathlib.Path) -> None:
     assert all(float(r["mean"]) == pytest.approx(expected(ewma_com=float(r["group"].split()[1]),
                                                           learning_rate=float(r["learning_rate"]), anneal_lr=True))
                for r in fig4)
+    fig5a = read_csv(out_dir / "beukman2026_fig5a_train.csv")  # the training-episode curves end at the same values
+    last5a = max(float(r["x"]) for r in fig5a)
+    assert {r["group"] for r in fig5a} == {f"COM {c}" for c in (1, 2, 4, 8, 16, 32, 64)}
+    assert all(float(r["mean"]) == pytest.approx(expected(ewma_com=float(r["group"].split()[1])))
+               for r in fig5a if float(r["x"]) == last5a)
     fig12a = read_csv(out_dir / "beukman2026_fig12a.csv")  # the largest epsilon adds the most
     assert {r["clip_coef"] for r in fig12a} == {"0.8"} and len(fig12a) == 7
     cells = read_csv(out_dir / "beukman2026_fig12b.csv")
