@@ -206,8 +206,10 @@ def start_four_device_run(runs_dir):
     before the in-process runs so that its compiles overlap theirs on a second core."""
     env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
                PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, SCRIPT] + tiny(4) + ["--runs-dir", str(runs_dir)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    runs_dir.mkdir(parents=True)
+    with open(runs_dir / "stderr.log", "w") as log:  # a file, not a pipe: a full pipe would stall the run until read
+        return subprocess.Popen([sys.executable, SCRIPT] + tiny(4) + ["--runs-dir", str(runs_dir / "runs")], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +239,7 @@ def runs(tmp_path_factory):
     finally:
         if four.poll() is None:  # the 4-device test did not run (deselected) or failed before waiting
             four.kill()
-            four.communicate()
+            four.wait()
 
 
 def test_smoke_run_directory(runs):
@@ -321,9 +323,8 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch):
 
 def test_four_devices_give_the_one_device_result(runs):
     proc, runs_dir = runs["four_devices"]
-    _, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 0, stderr[-2000:]
-    run_dir = run_dir_of(str(runs_dir))
+    assert proc.wait(timeout=900) == 0, (runs_dir / "stderr.log").read_text()[-2000:]
+    run_dir = run_dir_of(str(runs_dir / "runs"))
     assert json.load(open(os.path.join(run_dir, "config.json")))["devices"] == 4
     one, four = training_curve(runs["nodiag"]), training_curve(run_dir)
     assert [(i, k) for i, k, _ in one] == [(i, k) for i, k, _ in four]
