@@ -4,17 +4,17 @@
 # Phase 1 trains at COM 2 and 32 to TOTAL steps; phase 2 reloads the final checkpoint of every *finished* phase-1 run
 # with the other COM, and with its own COM as the reference (the run continued unchanged, B26's full-length lines),
 # and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that finished is not
-# repeated). The figure: charts/solve_rate of both phases against environment steps.
+# repeated). The figures: charts/solve_rate (and charts/train_solve_rate, _train) of both phases against steps.
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
 #   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
 #   SCALE=laptop: Fig. 5a's laptop setting (the 8 tasks of --task-seed 31, 64 envs x 128 steps, 8 minibatches x
-#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 8 reloads of ~9 min each on
-#   one core, ~1.8 CPU-hours (docs/reproducing/beukman2026_fig3a.md).
+#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 8 reloads of 12-15 min
+#   each on one core, ~2.7 CPU-hours (docs/reproducing/beukman2026_fig3a.md). Bands: the range of the seeds.
 # Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
 # PYTHON, DRY_RUN; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
 if [[ "${SCALE:-paper}" == laptop ]]; then
-  SEEDS=${SEEDS:-1 2}; TOTAL=${TOTAL:-409600}; TOTAL2=${TOTAL2:-819200}
+  SEEDS=${SEEDS:-1 2}; BAND=${BAND:-minmax}; TOTAL=${TOTAL:-409600}; TOTAL2=${TOTAL2:-819200}
   FLAGS=${FLAGS:---task-seed 31 --num-tasks 8 --num-envs 64 --num-steps 128 --num-minibatches 8 --update-epochs 8 --eval-every 5 --diagnostics-every 5}
 fi
 LAPTOP_GRID=1
@@ -59,5 +59,10 @@ else
   echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
 fi
 
-aggregate curves --metric charts/solve_rate --label "{exp_name}" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 3a: reloaded with another COM (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig3a"
+aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step \
+  --ylabel "solve rate" --title "B26 Fig. 3a: reloaded with another COM ($BAND_TEXT)" \
+  --out "$OUT_DIR/beukman2026_fig3a"
+# the same from every training episode (thousands per update; the evaluation above is one episode per task)
+aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step \
+  --ylabel "solve rate, training episodes" --title "B26 Fig. 3a from the training episodes ($BAND_TEXT)" \
+  --out "$OUT_DIR/beukman2026_fig3a_train"

@@ -14,7 +14,7 @@
 # PYTHON, DRY_RUN; TOTAL (steps per run), COMS (comma-separated).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig5a}
 if [[ "${SCALE:-paper}" == laptop ]]; then
-  SEEDS=${SEEDS:-1 2}; TOTAL=${TOTAL:-819200}; COMS=${COMS:-1,4,16,64}
+  SEEDS=${SEEDS:-1 2}; BAND=${BAND:-minmax}; TOTAL=${TOTAL:-819200}; COMS=${COMS:-1,4,16,64}
   FLAGS=${FLAGS:---task-seed 31 --num-tasks 8 --num-envs 64 --num-steps 128 --num-minibatches 8 --update-epochs 8 --eval-every 5 --diagnostics-every 5}
 fi
 LAPTOP_GRID=1
@@ -26,22 +26,24 @@ positive_int TOTAL "$TOTAL"
 one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
 not_in_flags ewma-com total-timesteps
 launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timesteps "$TOTAL"
-aggregate curves --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" --x global_step \
-  --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM (mean and 95% CI over seeds)" \
+aggregate curves --band "$BAND" --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" \
+  --x global_step --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5a"
 # the same curves from every training episode (thousands per update; the evaluation above is one episode per task)
-aggregate curves --metric charts/train_solve_rate --group-by ewma_com --label "COM {ewma_com}" --x global_step \
-  --ylabel "solve rate, training episodes" --title "B26 Fig. 5a from the training episodes (mean and 95% CI)" \
+aggregate curves --band "$BAND" --metric charts/train_solve_rate --group-by ewma_com --label "COM {ewma_com}" \
+  --x global_step --ylabel "solve rate, training episodes" \
+  --title "B26 Fig. 5a from the training episodes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5a_train"
 IFS=, read -r -a C <<< "$COMS"
-aggregate curves --filter "ewma_com=${C[0]},${C[${#C[@]} / 2]},${C[-1]}" --metric charts/solve_rate \
+aggregate curves --band "$BAND" --filter "ewma_com=${C[0]},${C[${#C[@]} / 2]},${C[-1]}" --metric charts/solve_rate \
   --group-by ewma_com --label "COM {ewma_com}" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 1a: too low a COM plateaus, too high learns slowly (mean and 95% CI)" \
+  --title "B26 Fig. 1a: too low a COM plateaus, too high learns slowly ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig1a"
-aggregate curves --metric diagnostics/grad_norm --group-by ewma_com --label "COM {ewma_com}" --x global_step \
-  --logy --ylabel "gradient norm (before clipping)" --title "B26 Fig. 2b: gradient norm per COM (mean and 95% CI)" \
+aggregate curves --band "$BAND" --metric diagnostics/grad_norm --group-by ewma_com --label "COM {ewma_com}" \
+  --x global_step --logy --ylabel "gradient norm (before clipping)" \
+  --title "B26 Fig. 2b: gradient norm per COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig2b"
-aggregate curves --metric diagnostics/kl_behavior --group-by ewma_com --label "COM {ewma_com}" --x global_step \
-  --logy --ylabel "KL(behaviour || after the update)" \
-  --title "B26 Fig. 2c: KL to the behaviour policy per COM (mean, 95% CI)" \
+aggregate curves --band "$BAND" --metric diagnostics/kl_behavior --group-by ewma_com --label "COM {ewma_com}" \
+  --x global_step --logy --ylabel "KL(behaviour || after the update)" \
+  --title "B26 Fig. 2c: KL to the behaviour policy per COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig2c"

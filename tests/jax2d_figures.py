@@ -21,7 +21,7 @@ import pytest
 from cleanrl_scaling.utils.rundirs import parse_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-FIGURES = {"3a": ["beukman2026_fig3a"], "4": ["beukman2026_fig4"],
+FIGURES = {"3a": ["beukman2026_fig3a", "beukman2026_fig3a_train"], "4": ["beukman2026_fig4"],
            "5a": ["beukman2026_fig5a", "beukman2026_fig5a_train", "beukman2026_fig1a", "beukman2026_fig2b",
                   "beukman2026_fig2c"],
            "5b": ["beukman2026_fig5b"], "6": ["beukman2026_fig6a", "beukman2026_fig6b"],
@@ -37,7 +37,7 @@ def script_env(**extra) -> dict:
     knobs = ("DRY_RUN", "TOTAL", "TOTAL2", "FLAGS", "BUDGETS", "ITERATIONS", "NUM_ENVS_LIST", "SEEDS", "RUNS_DIR",
              "OUT_DIR", "WORKERS", "TOTAL_TIMESTEPS", "ENV_IDS", "GAMES", "LARGEST_BATCH", "MINIBATCH_SIZE", "SLURM",
              "SCALE", "EVERY", "STATES", "GAMMAS", "NUM_ENVS", "SCRIPT", "CLEANRL_COMPAT", "SIZES", "PRESETS",
-             "MINIBATCHES", "LRS", "COMS", "DIAGNOSTICS_EVERY")
+             "MINIBATCHES", "LRS", "COMS", "DIAGNOSTICS_EVERY", "BAND")
     env = {k: v for k, v in os.environ.items() if k not in knobs}  # the scripts' knobs come from the test only
     env.update(PYTHON=sys.executable, PYTHONPATH=str(REPO), **{k: str(v) for k, v in extra.items()})
     return env
@@ -177,5 +177,6 @@ def check_figure_numbers(out_dir: pathlib.Path) -> None:
     assert {(r["num_envs"], r["group"]) for r in fig7a} == {(n, f"COM {c}") for n in ("16", "64") for c in (2, 8, 32)}
     fig6b = read_csv(out_dir / "beukman2026_fig6b.csv")
     assert {r["clip_coef"] for r in fig6b} == {"0", "0.1", "0.2", "0.4"}  # the CSV writes 0.0 as 0
-    assert {r["group"] for r in read_csv(out_dir / "beukman2026_fig3a.csv")} == {
-        "com2", "com32", "com2_to_2", "com2_to_32", "com32_to_2", "com32_to_32"}
+    for name in ("beukman2026_fig3a", "beukman2026_fig3a_train"):
+        assert {r["group"] for r in read_csv(out_dir / f"{name}.csv")} == {
+            "com2", "com32", "com2_to_2", "com2_to_32", "com32_to_2", "com32_to_32"}

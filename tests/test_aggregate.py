@@ -50,8 +50,16 @@ def test_mean_ci_hand_values():
     assert mean[0] == 2.5 and lo[0] == pytest.approx(2.5 - half) and hi[0] == pytest.approx(2.5 + half)
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [3.0]]), band="std")
     assert (mean[0], lo[0], hi[0]) == pytest.approx((2.0, 2.0 - math.sqrt(2), 2.0 + math.sqrt(2)))
+    mean, lo, hi = aggregate.mean_ci(np.array([[1.0, 5.0], [3.0, 4.0], [2.0, 9.0]]), band="minmax")
+    assert mean.tolist() == [2.0, 6.0] and lo.tolist() == [1.0, 4.0] and hi.tolist() == [3.0, 9.0]
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0]]))
     assert mean[0] == 1.0 and np.isnan(lo[0])
+
+
+def test_compact_tick_labels():
+    from cleanrl_scaling.utils import plots
+    assert [plots.compact_number(v) for v in (0, 0.5, 999, 1000, 800000, 1.5e6, 25e6, 2e9, -40000)] == \
+        ["0", "0.5", "999", "1k", "800k", "1.5M", "25M", "2G", "-40k"]
 
 
 def test_run_stats():

@@ -46,7 +46,7 @@ def test_dry_runs_print_the_grids_and_honour_the_budgets(tmp_path):
             assert "phase 2: no finished phase-1 run" in out.stdout
     for fig, env, words in [("9", dict(TOTAL=16 * 256 - 1, NUM_ENVS_LIST="8 16"), ["TOTAL=4095", "16 envs"]),
                             ("5a", dict(TOTAL="1e6"), ["TOTAL=1e6"]), ("3a", dict(TOTAL=10, TOTAL2=5), ["TOTAL2=5"]),
-                            ("9", dict(FLAGS="--num-envs 8"), ["--num-envs"])]:
+                            ("9", dict(FLAGS="--num-envs 8"), ["--num-envs"]), ("5a", dict(BAND="ci90"), ["BAND=ci90"])]:
         out = run_script(fig, DRY_RUN=1, RUNS_DIR=tmp_path / "x", **env)
         err = out.stderr.strip().splitlines()
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 150, "axes.grid": True, "grid.alpha": 0.3,
@@ -20,6 +21,14 @@ plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 150, "axes.grid": True, "
 def colors(n: int) -> list:
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
+
+
+def compact_number(value: float, _position=None) -> str:
+    """Tick labels that do not run into each other: 800000 -> 800k, 25000000 -> 25M, 0.5 stays 0.5."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
 
 
 def save(fig, prefix: str) -> list:
@@ -72,6 +81,8 @@ def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, log
         ax.set_ylabel(panel.get("ylabel", ""))
         if logx:
             ax.set_xscale("log")
+        else:
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(compact_number))
         if panel.get("logy"):
             ax.set_yscale("log")
         if panel.get("ylim"):
