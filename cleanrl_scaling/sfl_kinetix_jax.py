@@ -1202,7 +1202,7 @@ def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb:
     return new, stats
 
 
-def minibatch_layout(num_steps: int, num_envs: int, num_minibatches: int) -> tuple:
+def minibatch_layout(num_steps: int, num_minibatches: int) -> tuple:
     """(S, G): S time slots x G env groups = the minibatches. S = gcd(M, T) is the most slots T allows, and
     G = M / S divides N whenever M divides N x T."""
     slots = math.gcd(num_minibatches, num_steps)
@@ -1212,7 +1212,7 @@ def minibatch_layout(num_steps: int, num_envs: int, num_minibatches: int) -> tup
 def epoch_order(key, num_steps: int, num_envs: int, num_minibatches: int):
     """An epoch's draw: each env's own random order of its T steps, cut into S slots (shape [S, T/S, N]), and the
     random order in which the M = S x G minibatches are taken."""
-    slots, groups = minibatch_layout(num_steps, num_envs, num_minibatches)
+    slots, groups = minibatch_layout(num_steps, num_minibatches)
     key_time, key_mb = jax.random.split(key)
     steps = jnp.broadcast_to(jnp.arange(num_steps)[:, None], (num_steps, num_envs))
     order = jax.random.permutation(key_time, steps, axis=0, independent=True)
@@ -1234,7 +1234,7 @@ def take_minibatch(batch, order, index, groups: int):
 
 def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
     """Every sample once: minibatch = T/S steps of each of N/G envs (the same minibatches on any device count)."""
-    groups = minibatch_layout(setup.num_steps, setup.num_envs, setup.num_minibatches)[1]
+    groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
 
     def step(carry, index):
         return minibatch_step(setup, hyper, probe_on, carry, take_minibatch(batch, order, index, groups))
