@@ -2,6 +2,7 @@
 before the minutes of measuring, one value of a list option works, and no table shows a NaN. Nothing is timed."""
 import argparse
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -139,3 +140,59 @@ def test_sfl_filtering_share_by_hand():
     assert math.isclose(sfl.filter_share(1.0, 0.0, 0.0), 12288 / (12288 + 128 * 1024))  # generation only
     args = sfl.configure(256, 32, "s")  # the 2048 preset's SFL values at a benchmark-sized batch
     assert (args.sfl_num_levels, args.sfl_rollout_length, args.sfl_update_period, args.network) == (12288, 512, 128, "mlp")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pqn_atari_learning.py (the Breakout learning comparison with CleanRL): options, logs and table arithmetic
+# ---------------------------------------------------------------------------------------------------------
+def pqn_learning_opts(tmp_path, **kw):
+    checkout = tmp_path / "cleanrl"
+    (checkout / "cleanrl").mkdir(parents=True, exist_ok=True)
+    (checkout / "cleanrl" / "pqn_atari_envpool.py").write_text("")
+    opts = dict(cleanrl=str(checkout), out=str(tmp_path / "out"), env_id="Breakout-v5", total=1_000_000,
+                seeds=[1, 2], cleanrl_seeds=[1], summary_only=False)
+    return argparse.Namespace(**{**opts, **kw})
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(total=1000), "--total 1000"),
+    (dict(seeds=[1, 1]), "--seeds"),
+    (dict(cleanrl="/nonexistent"), "--cleanrl /nonexistent"),
+])
+def test_pqn_learning_refuses_bad_options_before_running(kw, flag, tmp_path, capsys):
+    learning = load("pqn_atari_learning")
+    learning.check_options(pqn_learning_opts(tmp_path))
+    learning.check_options(pqn_learning_opts(tmp_path, cleanrl=None, cleanrl_seeds=[]))  # ours alone needs no checkout
+    learning.check_options(pqn_learning_opts(tmp_path, cleanrl=None, summary_only=True))
+    assert flag in refused(learning.check_options, pqn_learning_opts(tmp_path, **kw), capsys)
+
+
+def test_pqn_learning_reads_both_programs_logs(tmp_path):
+    learning = load("pqn_atari_learning")
+    log = tmp_path / "cleanrl_s1.log"
+    log.write_text("global_step=304, episodic_return=2.0\nSPS: 230\nglobal_step=1100, episodic_return=11.0\n"
+                   "SPS: 231\nSPS: 229\n")
+    assert learning.cleanrl_episodes(str(log)) == [(304, 2.0), (1100, 11.0)]
+    assert learning.cleanrl_steps(str(log)) == 3 * 1024 and learning.cleanrl_steps(str(tmp_path / "none")) == 0
+    run = tmp_path / "ours" / "Breakout-v5__pqn_atari__1__1795499439"
+    run.mkdir(parents=True)
+    rows = [{"global_step": 1024, "charts/episodic_return": 3.0}, {"global_step": 2048, "charts/eval_return": 0.0},
+            {"global_step": 3072, "charts/SPS": 250.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert learning.our_episodes(str(run)) == ([(1024, 3.0)], [(2048, 0.0)], 3072)
+    opts = pqn_learning_opts(tmp_path, out=str(tmp_path))
+    assert learning.our_run_dir(str(tmp_path), "Breakout-v5", 1) == str(run)
+    assert "--seed" in learning.our_command(opts, 1)  # no checkpoint yet: a fresh run
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest.ckpt").write_bytes(b"")
+    assert learning.our_command(opts, 1)[2:4] == ["--resume", str(run / "checkpoints" / "latest.ckpt")]
+
+
+def test_pqn_learning_window_and_tenths_by_hand():
+    learning = load("pqn_atari_learning")
+    episodes = [(50, 1.0), (100, 3.0), (101, 5.0), (900, 2.0), (950, 4.0), (1000, 9.0)]
+    # after step 900: 4 and 9, mean 6.5, sample sd sqrt(12.5), SE sqrt(12.5 / 2) = 2.5
+    assert learning.window_stats(episodes, 900).split() == ["6.50", "±", "2.50", "(n=", "2)"]
+    assert "fewer than 2" in learning.window_stats(episodes, 950)
+    # tenths of 1000 steps are (0, 100], (100, 200], ...: 1 and 3 | 5 | nothing ... | 2 | 4 and 9
+    assert learning.tenths(episodes, 1000).split() == ["2.0", "5.0"] + ["-"] * 6 + ["2.0", "6.5"]
