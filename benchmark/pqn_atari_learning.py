@@ -25,6 +25,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "pqn_atari.py")
+BATCH = 8 * 128  # CleanRL's defaults, which both programs run: 8 envs x 128 steps per iteration
 
 
 def patched_cleanrl(checkout, directory):
@@ -55,9 +56,6 @@ def our_command(args, seed):
 
 def cleanrl_log(out, seed):
     return os.path.join(out, f"cleanrl_s{seed}.log")
-
-
-BATCH = 8 * 128  # CleanRL's defaults, which both programs run: 8 envs x 128 steps per iteration
 
 
 def cleanrl_steps(path):
