@@ -1235,6 +1235,7 @@ def take_minibatch(batch, order, index, groups: int):
 def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
     """Every sample once: minibatch = T/S steps of each of N/G envs (the same minibatches on any device count)."""
     groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
+    order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
 
     def step(carry, index):
         return minibatch_step(setup, hyper, probe_on, carry, take_minibatch(batch, order, index, groups))
@@ -1243,7 +1244,6 @@ def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: Upda
         carry, stats = jax.lax.scan(step, carry, mb_order)
         stopped = stats[-1, 4] > setup.target_kl if setup.target_kl is not None else carry.stopped
         return carry.replace(stopped=stopped)
-    order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
     return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
 
 
