@@ -232,6 +232,18 @@ for f in (local, flat):
     assert devices == 2 and local < batch_bytes / 8 and flat > batch_bytes, (local, flat, batch_bytes)
 
 
+def test_a_minibatch_gathers_only_its_own_env_group():
+    """M > T (the 65k and 1M presets: G = 4 env groups): gathering a slot for all N envs and then keeping one group
+    needed a temporary of G minibatches; selecting the group first needs none beyond the minibatch itself."""
+    T, N, F, M = 16, 4096, 256, 64
+    groups = m.minibatch_layout(T, M)[1]
+    order = m.epoch_order(jax.random.PRNGKey(0), T, N, M)[0]
+    x = jax.ShapeDtypeStruct((T, N, F), jnp.float32)
+    compiled = jax.jit(lambda x, o, i: m.take_minibatch(x, o, i, groups)).lower(x, order, jnp.int32(5)).compile()
+    minibatch_bytes = T * N * F * 4 // M
+    assert groups == 4 and compiled.memory_analysis().temp_size_in_bytes < minibatch_bytes
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Presets: B26 Table 3 (N, T, K, L, rho), Table 2 (PPO) and App. D (1M: hybrid recipe)
 # ---------------------------------------------------------------------------------------------------------
