@@ -294,6 +294,24 @@ def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
                            "--group-by", "ewma_com", "--out", str(out)]) == 2
 
 
+
+def test_sweep_draws_one_panel_per_task_and_never_pools_their_returns(tmp_path):
+    """Issue 15: Ant returns in the thousands and Humanoid's in the hundreds are not averaged into one line; each
+    task has its own panel and its own CSV rows (hand values: the last-10% score is the last logged value here)."""
+    runs = tmp_path / "runs"
+    for env_id, scale in (("Ant-v4", 1000.0), ("Humanoid-v4", 100.0)):
+        for n in (64, 256):
+            for seed in (1, 2):
+                write_run(runs, env_id, "mj", seed, [(0, {"charts/episodic_return": 0.0}),
+                                                      (10, {"charts/episodic_return": scale * n / 64 + seed})],
+                          num_envs=n)
+    out = tmp_path / "s"
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/episodic_return", "--x-key", "num_envs",
+                           "--out", str(out)]) == 0
+    rows = {(r["env_id"], int(r["num_envs"])): float(r["mean"]) for r in read_csv(f"{out}.csv")}
+    assert rows == {("Ant-v4", 64): pytest.approx(1001.5), ("Ant-v4", 256): pytest.approx(4001.5),
+                    ("Humanoid-v4", 64): pytest.approx(101.5), ("Humanoid-v4", 256): pytest.approx(401.5)}
+
 def write_profile(run, rows):
     (run / "kl_profile.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 

@@ -513,46 +513,58 @@ def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
 
 def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     """A per-run score against a swept config value, one line per configuration of the --group-by keys, mean over
-    runs (seeds, tasks) and 95% CI at every x. The --best-over keys are tuned away: at each (line, x) the value of
-    those keys with the highest mean is shown and named in the CSV (B26 Fig. 4: the better of annealing the lr or
-    not; Fig. 12a: the best epsilon per COM). B26 Figs. 13-14: SPS and final solve rate against num_envs."""
+    seeds and 95% CI at every x; one panel per task (env_id), since returns of different tasks are not on one scale.
+    The --best-over keys are tuned away: at each (line, x) the value of those keys with the highest mean is shown and
+    named in the CSV (B26 Fig. 4: the better of annealing the lr or not; Fig. 12a: the best epsilon per COM).
+    B26 Figs. 13-14: SPS and final solve rate against num_envs."""
     check_metric(runs, args.metric)
     if args.x_key in grouping.keys or args.x_key in args.best_over:
         raise UsageError(f"--x-key {args.x_key}: also in --group-by or --best-over; a key can play one role only")
-    panel = {"title": "", "xlabel": args.xlabel or args.x_key, "ylabel": args.ylabel or f"{args.stat} {args.metric}",
-             "series": {}, "logy": args.logy is not None, "marker": "o"}
-    rows, labels = [], []
-    for key, label, members in grouped(runs, grouping):
-        by_x = {}
-        for run in members:
-            by_x.setdefault(run.value(args.x_key), []).append(run)
-        points = []
-        for xv in sorted(by_x, key=lambda v: sort_key((v,))):
-            try:
-                x = float(xv)
-            except (TypeError, ValueError):
-                raise UsageError(f"--x-key {args.x_key}: value {xv!r} of {by_x[xv][0].path} is not a number")
-            candidates = {}
-            for run in by_x[xv]:
-                candidates.setdefault(tuple(run.value(k) for k in args.best_over), []).append(run)
-            scored = []
-            for cand, cand_runs in sorted(candidates.items(), key=lambda kv: sort_key(kv[0])):
-                scores = np.array(per_run_scores(cand_runs, args.metric, args.stat, args.final_frac, None))
-                scores = scores[np.isfinite(scores)]
-                if len(scores):
-                    scored.append((float(scores.mean()), cand, scores))
-            if not scored:
-                continue
-            _, cand, scores = max(scored, key=lambda item: item[0])  # the first of equal means: the lowest value
-            mean, lo, hi = (float(v[0]) for v in mean_ci(scores[:, None]))
-            points.append((x, mean, lo, hi))
-            rows.append({"group": label, args.x_key: xv, **dict(zip(args.best_over, cand)), "mean": mean, "lo": lo,
-                         "hi": hi, "n": len(scores), "metric": args.metric, "stat": args.stat})
-        if points:
-            panel["series"][label] = tuple(np.array(v) for v in zip(*points))
-            labels.append(label)
-    fig = plots.plot_curves([panel], labels, args.title, 1, args.logx)
+    env_ids = sorted({r.env_id for r in runs}, key=lambda v: sort_key((v,)))
+    panels, rows, labels = [], [], []
+    for env_id in env_ids:
+        panel = {"title": env_id if len(env_ids) > 1 else "", "xlabel": args.xlabel or args.x_key,
+                 "ylabel": args.ylabel or f"{args.stat} {args.metric}", "series": {}, "logy": args.logy is not None,
+                 "marker": "o"}
+        for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+            points = sweep_points(args, members, label, env_id, rows)
+            if points:
+                panel["series"][label] = tuple(np.array(v) for v in zip(*points))
+                if label not in labels:
+                    labels.append(label)
+        panels.append(panel)
+    fig = plots.plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx)
     return {"fig": fig, "rows": rows}
+
+
+def sweep_points(args, members: list, label: str, env_id, rows: list) -> list:
+    """[(x, mean, lo, hi)] of one line of one task; appends the CSV rows."""
+    by_x = {}
+    for run in members:
+        by_x.setdefault(run.value(args.x_key), []).append(run)
+    points = []
+    for xv in sorted(by_x, key=lambda v: sort_key((v,))):
+        try:
+            x = float(xv)
+        except (TypeError, ValueError):
+            raise UsageError(f"--x-key {args.x_key}: value {xv!r} of {by_x[xv][0].path} is not a number")
+        candidates = {}
+        for run in by_x[xv]:
+            candidates.setdefault(tuple(run.value(k) for k in args.best_over), []).append(run)
+        scored = []
+        for cand, cand_runs in sorted(candidates.items(), key=lambda kv: sort_key(kv[0])):
+            scores = np.array(per_run_scores(cand_runs, args.metric, args.stat, args.final_frac, None))
+            scores = scores[np.isfinite(scores)]
+            if len(scores):
+                scored.append((float(scores.mean()), cand, scores))
+        if not scored:
+            continue
+        _, cand, scores = max(scored, key=lambda item: item[0])  # the first of equal means: the lowest value
+        mean, lo, hi = (float(v[0]) for v in mean_ci(scores[:, None]))
+        points.append((x, mean, lo, hi))
+        rows.append({"env_id": env_id, "group": label, args.x_key: xv, **dict(zip(args.best_over, cand)),
+                     "mean": mean, "lo": lo, "hi": hi, "n": len(scores), "metric": args.metric, "stat": args.stat})
+    return points
 
 
 def read_profile(run: Run) -> list:
