@@ -52,8 +52,11 @@ launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
     "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10
 }
 
-aggregate() {  # aggregate COMMAND [options]: one figure from the finished runs (skipped by DRY_RUN and SLURM)
-  [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
-  local command=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
+aggregate() {  # aggregate COMMAND NAME [options]: OUT_DIR/NAME_<env_id>.{png,pdf,csv}, one figure per task of ENV_IDS
+  [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0  # skipped by DRY_RUN and SLURM
+  local command=$1 name=$2 env_id; shift 2
+  for env_id in "${ENV_IDS[@]}"; do  # per task, so that ENV_IDS=Ant-v4 alone draws Ant's figures
+    "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished --filter "env_id=$env_id" "$@" \
+      --out "$OUT_DIR/${name}_${env_id}"
+  done
 }

@@ -317,6 +317,39 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
     assert {r["num_envs"] for r in paper} == {"64", "256", "1024", "4096"} and len(paper) == 2 * 3 * (1 + 3 * 4)
 
 
+
+@pytest.mark.parametrize("script, names", [
+    ("beukman2026_fig10_mujoco", ["beukman2026_fig10_mujoco"]),
+    ("beukman2026_fig9_mujoco", ["beukman2026_fig9_mujoco", "beukman2026_fig13_mujoco", "beukman2026_fig14_mujoco"])])
+def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path):
+    """Issue 15: every figure of the MuJoCo substitutes is drawn per task (NAME_<env_id>), from that task's runs
+    only: Ant's returns are never averaged with Humanoid's. Drawn from finished runs of the script's own grid, so
+    the launcher starts nothing."""
+    runs, out_dir = tmp_path / "recipes", tmp_path / "figures"
+    argvs = mujoco_runs(script, tmp_path)
+    scale = {"Ant-v4": 1000.0, "Humanoid-v4": 10.0}
+    for i, argv in enumerate(argvs):
+        flags = parse_flags(argv)
+        args = {"exp_name": "ppo_continuous_mujoco", "update_epochs": "10", "scaling_recipe": "none",  # the defaults
+                **{k: flags[k] for k in flags if k != "seed"}, "seed": int(flags["seed"])}
+        final = scale[flags["env_id"]] * int(flags["num_envs"]) / 64
+        rows = [{"global_step": s, "iteration": s // 100, "wall_time": s / 100.0, "charts/SPS": 1000.0,
+                 "charts/episodic_return": final * s / 1000} for s in (100, 1000)]
+        write_finished(runs / f"{flags['env_id']}__{args['exp_name']}__{flags['seed']}__{i}",
+                       {"script": "ppo_continuous_mujoco", "argv": argv, "args": args}, rows)
+    out = subprocess.run(["bash", str(REPO / "benchmark" / f"{script}.sh")], capture_output=True, text=True,
+                         env=script_env(SCALE="laptop", RUNS_DIR=runs, OUT_DIR=out_dir), timeout=600)
+    assert out.returncode == 0 and "nothing to do" in out.stdout, out.stderr[-2000:]
+    for name in names:
+        for env_id, factor in scale.items():
+            rows = list(csv.DictReader(open(out_dir / f"{name}_{env_id}.csv")))
+            assert rows and {r["env_id"] for r in rows} == {env_id}
+            values = [float(r["mean"]) for r in rows if r["metric"] == "charts/episodic_return"]
+            assert all(0 <= v <= factor * 1024 / 64 for v in values), (name, env_id, max(values))  # not pooled
+            if name.endswith("fig14_mujoco"):  # final return at N: the last logged return, factor x N / 64
+                got = {int(r["num_envs"]): float(r["mean"]) for r in rows if r["group"] == "more-minibatches"}
+                assert got == {n: pytest.approx(factor * n / 64) for n in (256, 1024)}
+
 @pytest.mark.parametrize("env, words", [(dict(SCALE="huge"), ["SCALE=huge"]),
                                         (dict(NUM_ENVS_LIST="32 256"), ["NUM_ENVS_LIST", "base"]),
                                         (dict(NUM_ENVS_LIST="64 100"), ["100", "multiple"]),

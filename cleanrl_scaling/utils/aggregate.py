@@ -523,7 +523,7 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     env_ids = sorted({r.env_id for r in runs}, key=lambda v: sort_key((v,)))
     panels, rows, labels = [], [], []
     for env_id in env_ids:
-        panel = {"title": env_id if len(env_ids) > 1 else "", "xlabel": args.xlabel or args.x_key,
+        panel = {"title": env_id, "xlabel": args.xlabel or args.x_key,
                  "ylabel": args.ylabel or f"{args.stat} {args.metric}", "series": {}, "logy": args.logy is not None,
                  "marker": "o"}
         for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
