@@ -10,8 +10,9 @@
 # (actions are clipped here), the LSTM.
 # Figures: returns against steps (one line per choice at the largest N, and the base); the final-return table is
 # in the CSV.
-#   SCALE=laptop: N = 1024: 2 tasks x 3 seeds x (base + 2 choices) = 18 runs of 2.1M steps, ~4 min each on one core,
-#   ~1.2 CPU-hours. SCALE=paper: N = 4096, 20M steps.
+#   SCALE=laptop: N = 1024: 2 tasks x 3 seeds x (base + 2 choices) = 18 runs of 2.1M steps, 10-11 min each on one
+#   core (Ant, measured: base 11.2, singla 10.0, b26 10.5), ~3.3 CPU-hours (~1.7 h with WORKERS=2).
+#   SCALE=paper: N = 4096, 20M steps.
 # Page: docs/reproducing/beukman2026_fig10_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"
 T=16

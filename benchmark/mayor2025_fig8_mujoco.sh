@@ -6,8 +6,9 @@
 # beukman2026_fig9_mujoco.sh (same flags, same RUNS_DIR: each runs once).
 # Figures: returns against steps, one line per N x T; the final return against the batch size, grown through N and
 # grown through T.
-#   SCALE=laptop: 2 tasks x 3 seeds x 5 settings = 30 runs of 2.1M steps (12 shared with Fig. 9), 3-7 min each on one
-#   core, ~2 CPU-hours alone. SCALE=paper: up to 4096 x 32 and 64 x 2048, 20M steps.
+#   SCALE=laptop: 2 tasks x 3 seeds x 5 settings = 30 runs of 2.1M steps (18 shared with Fig. 9), ~7 CPU-hours alone
+#   (~3.5 h with WORKERS=2; ENV_IDS=Ant-v4 alone is half): the 64 x 32 base ~21 min on one core, the others ~10-15.
+#   SCALE=paper: up to 4096 x 32 and 64 x 2048, 20M steps.
 # Page: docs/reproducing/mayor2025_fig8_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"
 SETS=(--flag-set "--num-envs $BASE_ENVS --num-steps $BASE_STEPS --num-minibatches 32")
