@@ -29,7 +29,7 @@ for n in "${NUM_ENVS[@]:1}"; do
 done
 launch beukman2026_fig9_mujoco "${SETS[@]}" --
 FILTER=(--filter "num_steps=$BASE_STEPS" --filter "update_epochs=10")  # the Fig. 10 and Fig. 8 runs share RUNS_DIR
-aggregate curves beukman2026_fig9_mujoco "${FILTER[@]}" --metric charts/episodic_return --panel-by num_envs \
+aggregate curves beukman2026_fig9_mujoco "${FILTER[@]}" --metric charts/episodic_return --panel-by num_envs --smooth 10 \
   --group-by scaling_recipe --label "{scaling_recipe}" --x global_step \
   --title "B26 Fig. 9 on MuJoCo: scaling recipes (mean and 95% CI, 3 seeds)"
 aggregate sweep beukman2026_fig14_mujoco "${FILTER[@]}" --metric charts/episodic_return --stat final --x-key num_envs \
