@@ -226,3 +226,35 @@ def test_usage_errors_exit_2(fake_script, tmp_path, capsys):
     assert launcher.main([fake_script, "--dry-run", "--", "--seed", "3"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 4 and all(line.startswith("error: ") for line in err)
+
+
+SLOW = """import signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[sys.argv.index("--marker") + 1] + ".stopped", "w").write(signal.Signals(signum).name)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+open(sys.argv[sys.argv.index("--marker") + 1], "w").write("started")
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_launcher_forwards_sigint_to_its_runs(signum, tmp_path):
+    """Started in the background by a shell (SIGINT ignored, as bash leaves it for `cmd &`), a launcher stopped by
+    SIGTERM or SIGINT passes SIGINT to its running run (which checkpoints) and exits, leaving no orphaned run."""
+    import signal
+    import time
+    script, marker = tmp_path / "slow.py", tmp_path / "run"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "cleanrl_scaling.utils.launcher", str(script),
+                             "--runs-dir", str(tmp_path / "runs"), "--", "--marker", str(marker)],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate(timeout=5)
+    proc.send_signal(getattr(signal, signum))
+    out, err = proc.communicate(timeout=60)
+    assert (tmp_path / "run.stopped").read_text() == "SIGINT", err
+    assert "forwarding SIGINT to 1 running run" in err and proc.returncode != 0

@@ -155,6 +155,7 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
     total, done = len(jobs), 0
     can_pin = hasattr(os, "sched_setaffinity")
     started = {}  # run-name key -> start time
+    handlers = stop_like_ctrl_c()
     try:
         while pending or running:
             for slot in range(len(slots)):
@@ -201,7 +202,20 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
             log.close()
             interrupted.append((job, rc))
         interrupted += [(job, None) for job in pending]
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return failed, interrupted
+
+
+def stop_like_ctrl_c() -> dict:
+    """SIGTERM (kill, timeout, a job scheduler) stops the launcher as Ctrl-C does, so its runs get SIGINT and
+    checkpoint instead of running on orphaned; and SIGINT works even when a shell started the launcher in the
+    background, which leaves SIGINT ignored. Returns the previous handlers."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    return {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+            signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt)}
 
 
 # ---------------------------------------------------------------------------------------------------------
