@@ -7,7 +7,8 @@
 # Figures: returns against steps, one line per N x T; the final return against the batch size, grown through N and
 # grown through T.
 #   SCALE=laptop: 2 tasks x 3 seeds x 5 settings = 30 runs of 2.1M steps (18 shared with Fig. 9), ~7 CPU-hours alone
-#   (~3.5 h with WORKERS=2; ENV_IDS=Ant-v4 alone is half): the 64 x 32 base ~21 min on one core, the others ~10-15.
+#   (~3.5 h with WORKERS=2; ENV_IDS=Ant-v4 alone ~3 CPU-h): the 64 x 32 base ~21 min on one core (Humanoid ~28), the
+#   others ~10-17.
 #   SCALE=paper: up to 4096 x 32 and 64 x 2048, 20M steps.
 # Page: docs/reproducing/mayor2025_fig8_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"
