@@ -317,7 +317,6 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
     assert {r["num_envs"] for r in paper} == {"64", "256", "1024", "4096"} and len(paper) == 2 * 3 * (1 + 3 * 4)
 
 
-
 @pytest.mark.parametrize("script, names", [
     ("beukman2026_fig10_mujoco", ["beukman2026_fig10_mujoco"]),
     ("beukman2026_fig9_mujoco", ["beukman2026_fig9_mujoco", "beukman2026_fig13_mujoco", "beukman2026_fig14_mujoco"])])
@@ -349,6 +348,7 @@ def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path)
             if name.endswith("fig14_mujoco"):  # final return at N: the last logged return, factor x N / 64
                 got = {int(r["num_envs"]): float(r["mean"]) for r in rows if r["group"] == "more-minibatches"}
                 assert got == {n: pytest.approx(factor * n / 64) for n in (256, 1024)}
+
 
 @pytest.mark.parametrize("env, words", [(dict(SCALE="huge"), ["SCALE=huge"]),
                                         (dict(NUM_ENVS_LIST="32 256"), ["NUM_ENVS_LIST", "base"]),

@@ -527,7 +527,8 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
                  "ylabel": args.ylabel or f"{args.stat} {args.metric}", "series": {}, "logy": args.logy is not None,
                  "marker": "o"}
         for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
-            points = sweep_points(args, members, label, env_id, rows)
+            points, point_rows = sweep_points(args, members, label, env_id)
+            rows += point_rows
             if points:
                 panel["series"][label] = tuple(np.array(v) for v in zip(*points))
                 if label not in labels:
@@ -537,9 +538,9 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     return {"fig": fig, "rows": rows}
 
 
-def sweep_points(args, members: list, label: str, env_id, rows: list) -> list:
-    """[(x, mean, lo, hi)] of one line of one task; appends the CSV rows."""
-    by_x = {}
+def sweep_points(args, members: list, label: str, env_id) -> tuple:
+    """One line of one task: [(x, mean, lo, hi)] and its CSV rows."""
+    by_x, rows = {}, []
     for run in members:
         by_x.setdefault(run.value(args.x_key), []).append(run)
     points = []
@@ -564,7 +565,7 @@ def sweep_points(args, members: list, label: str, env_id, rows: list) -> list:
         points.append((x, mean, lo, hi))
         rows.append({"env_id": env_id, "group": label, args.x_key: xv, **dict(zip(args.best_over, cand)),
                      "mean": mean, "lo": lo, "hi": hi, "n": len(scores), "metric": args.metric, "stat": args.stat})
-    return points
+    return points, rows
 
 
 def read_profile(run: Run) -> list:
