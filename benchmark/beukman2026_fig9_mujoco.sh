@@ -11,9 +11,10 @@
 # recipe is the base itself, which runs once ("none").
 # Figures: returns against steps, one panel per N (Fig. 9); the final return (Fig. 14) and steps per second (Fig. 13,
 # the run's last charts/SPS, measured with one core per run) against N, one line per recipe.
-#   SCALE=laptop: 2 tasks x 3 seeds x (1 base + 2 N x 4 recipes) = 54 runs of 2.1M steps, ~15 CPU-hours (~7.5 h with
-#   WORKERS=2; ENV_IDS=Ant-v4 alone ~6.5 CPU-h). Measured on one core: runs with the base's 64-sample minibatches (base,
-#   more-minibatches) ~21 min on Ant, ~28 on Humanoid; 1024 envs with 256 to 4096-sample minibatches 10-17 min.
+#   SCALE=laptop: N = 64 and 1024: 2 tasks x 3 seeds x (1 base + 4 recipes) = 30 runs of 2.1M steps, ~9 CPU-hours
+#   (ENV_IDS=Ant-v4 alone ~3.9, ~2 h with WORKERS=2). Measured on one core: runs with the base's 64-sample minibatches
+#   (base, more-minibatches) ~21 min on Ant, ~28 on Humanoid; 1024 envs with 256 to 4096-sample minibatches 10-17 min.
+#   NUM_ENVS_LIST="64 256 1024" adds the middle N (54 runs, ~15 CPU-hours).
 #   SCALE=paper: N up to 4096, 20M steps, 78 runs.
 # Page: docs/reproducing/beukman2026_fig9_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # M25 Fig. 8's claim on MuJoCo (a substitute: Isaac Gym has no wheel here and needs a GPU): more data per update
 # helps, and most when it comes from more envs N rather than longer rollouts T. From the 64 x 32 base, the batch grows
-# x4 and x16 through N (256 x 32, 1024 x 32) or through T (64 x 128, 64 x 512), each with the base's 32 minibatches
-# (M25 keeps CleanRL's minibatch count) and the same lr. The N runs are exactly the larger-minibatches runs of
-# beukman2026_fig9_mujoco.sh (same flags, same RUNS_DIR: each runs once).
+# by each factor N/64 of NUM_ENVS_LIST through N (N x 32: 1024 x 32 for x16) or through T (64 x 32N/64: 64 x 512),
+# each with the base's 32 minibatches (M25 keeps CleanRL's minibatch count) and the same lr. The N runs are exactly
+# the larger-minibatches runs of beukman2026_fig9_mujoco.sh (same flags, same RUNS_DIR: each runs once).
 # Figures: returns against steps, one line per N x T; the final return against the batch size, grown through N and
 # grown through T.
-#   SCALE=laptop: 2 tasks x 3 seeds x 5 settings = 30 runs of 2.1M steps (18 shared with Fig. 9), ~7 CPU-hours alone
-#   (~3.5 h with WORKERS=2; ENV_IDS=Ant-v4 alone ~3 CPU-h): the 64 x 32 base ~21 min on one core (Humanoid ~28), the
-#   others ~10-17.
+#   SCALE=laptop: x16 only (NUM_ENVS_LIST "64 1024"): 2 tasks x 3 seeds x 3 settings = 18 runs of 2.1M steps (12
+#   shared with Fig. 9), ~3.5 CPU-hours alone (ENV_IDS=Ant-v4 alone ~2; after Fig. 9, ~0.5 more): the 64 x 32 base
+#   ~21 min on one core (Humanoid ~28), the others ~10-17. NUM_ENVS_LIST="64 256 1024" adds the x4 point.
 #   SCALE=paper: up to 4096 x 32 and 64 x 2048, 20M steps.
 # Page: docs/reproducing/mayor2025_fig8_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"

@@ -287,7 +287,9 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
         return int(s["num_envs"]) if "num_envs" in s else None, s["minibatch_size"], s["num_minibatches"], s["learning_rate"]
 
     lr = 3e-4
-    fig9 = mujoco_runs("beukman2026_fig9_mujoco", tmp_path)
+    laptop9 = [parse_flags(a) for a in mujoco_runs("beukman2026_fig9_mujoco", tmp_path)]
+    assert len(laptop9) == 2 * 3 * (1 + 4) and {r["num_envs"] for r in laptop9} == {"64", "1024"}
+    fig9 = mujoco_runs("beukman2026_fig9_mujoco", tmp_path, NUM_ENVS_LIST="64 256 1024")  # with the middle N
     assert len(fig9) == 2 * 3 * (1 + 2 * 4)
     want = {("64", "none"): (64, 32, lr),
             ("256", "more-minibatches"): (64, 128, lr), ("1024", "more-minibatches"): (64, 512, lr),
@@ -305,10 +307,15 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
         base = ["--num-envs", n, "--num-steps", "32", "--num-minibatches", "32", "--total-timesteps", "2000000"]
         assert resolved(base)[1:] == resolved(base + ["--base-num-envs", "64", "--scaling-recipe", "larger-minibatches"])[1:]
     shared = {json.dumps(parse_flags(a), sort_keys=True) for a in fig9}
-    fig8 = [parse_flags(a) for a in mujoco_runs("mayor2025_fig8_mujoco", tmp_path)]
+    fig8 = [parse_flags(a) for a in mujoco_runs("mayor2025_fig8_mujoco", tmp_path, NUM_ENVS_LIST="64 256 1024")]
     assert len(fig8) == 30 and {(r["num_envs"], r["num_steps"]) for r in fig8} == {
         ("64", "32"), ("256", "32"), ("1024", "32"), ("64", "128"), ("64", "512")}
     assert sum(json.dumps(r, sort_keys=True) in shared for r in fig8) == 2 * 3 * 3  # base + both N runs
+    laptop8 = [parse_flags(a) for a in mujoco_runs("mayor2025_fig8_mujoco", tmp_path)]
+    assert len(laptop8) == 18 and {(r["num_envs"], r["num_steps"]) for r in laptop8} == {
+        ("64", "32"), ("1024", "32"), ("64", "512")}
+    laptop9 = {json.dumps(r, sort_keys=True) for r in laptop9}
+    assert sum(json.dumps(r, sort_keys=True) in laptop9 for r in laptop8) == 2 * 3 * 2  # the base and 1024 x 32
     fig10 = mujoco_runs("beukman2026_fig10_mujoco", tmp_path)
     got = {parse_flags(a)["exp_name"]: resolved(a)[1:3] for a in fig10}
     assert got == {"base": (256, 4), "singla": (4096, 4), "b26": (256, 64)} and len(fig10) == 18
@@ -325,7 +332,8 @@ def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path)
     only: Ant's returns are never averaged with Humanoid's. Drawn from finished runs of the script's own grid, so
     the launcher starts nothing."""
     runs, out_dir = tmp_path / "recipes", tmp_path / "figures"
-    argvs = mujoco_runs(script, tmp_path)
+    grid = "64 256 1024"  # with the middle N, so that Fig. 14's sweep has more than one point past the base
+    argvs = mujoco_runs(script, tmp_path, NUM_ENVS_LIST=grid)
     scale = {"Ant-v4": 1000.0, "Humanoid-v4": 10.0}
     for i, argv in enumerate(argvs):
         flags = parse_flags(argv)
@@ -337,7 +345,8 @@ def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path)
         write_finished(runs / f"{flags['env_id']}__{args['exp_name']}__{flags['seed']}__{i}",
                        {"script": "ppo_continuous_mujoco", "argv": argv, "args": args}, rows)
     out = subprocess.run(["bash", str(REPO / "benchmark" / f"{script}.sh")], capture_output=True, text=True,
-                         env=script_env(SCALE="laptop", RUNS_DIR=runs, OUT_DIR=out_dir), timeout=600)
+                         env=script_env(SCALE="laptop", NUM_ENVS_LIST=grid, RUNS_DIR=runs, OUT_DIR=out_dir),
+                         timeout=600)
     assert out.returncode == 0 and "nothing to do" in out.stdout, out.stderr[-2000:]
     for name in names:
         for env_id, factor in scale.items():
