@@ -169,7 +169,8 @@ class Args(ScalingArgs, RunArgs):
     transformer_depth: int = 2
     """transformer: self-attention layers"""
     eval_every: int = 128
-    """log charts/solve_rate_random and charts/solve_rate_handmade every K iterations (0 = only at the end)"""
+    """log charts/solve_rate_random and charts/solve_rate_handmade before training and every K iterations (0 = only at
+    the end)"""
     eval_random_levels: int = 100
     """size of the fixed random evaluation set (Kinetix: 100)"""
     eval_level_seed: int = 100
@@ -824,10 +825,18 @@ def level_keys(key, start: int, count: int):
 
 
 def sample_levels(sample_batch, level_batch: int, key, n: int):
-    """n random levels in calls of `level_batch` (one compiled program for every request size); the keys go in as a
-    global array split over the mesh, the levels stay there."""
+    """n random levels, level j from fold_in(key, j)."""
+    return levels_from_keys(sample_batch, level_batch, level_keys(key, 0, n))
+
+
+def levels_from_keys(sample_batch, level_batch: int, keys):
+    """One random level per key, in calls of `level_batch` (one compiled program for every request size; the last call
+    is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
+    levels stay there."""
     envs = NamedSharding(env_mesh(), P("envs"))
-    parts = [sample_batch(to_global(fetch(level_keys(key, start, level_batch)), envs)) for start in range(0, n, level_batch)]
+    n = keys.shape[0]
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
+    parts = [sample_batch(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
     return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
 
 
@@ -1657,8 +1666,10 @@ def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: i
     """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
     update i's levels depend only on i, so chunking and resuming do not change them."""
     count = max(sfl_counts(args)[1], 1)
-    per_update = [sample_levels(programs.sample, args.level_batch, jax.random.fold_in(fresh_key, first_iteration + i), count)
-                  for i in range(n)]
+    # the chunk's levels in one request: a call generates level_batch levels, however few one update needs
+    keys = jnp.concatenate([level_keys(jax.random.fold_in(fresh_key, first_iteration + i), 0, count) for i in range(n)])
+    levels = levels_from_keys(programs.sample, args.level_batch, keys)
+    per_update = [jax.tree.map(lambda x: x[i * count:(i + 1) * count], levels) for i in range(n)]
     per_update += [per_update[-1]] * (args.updates_per_chunk - n)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_update)
     return jax.tree.map(lambda x: x[:, :sfl_counts(args)[1]], stacked)
@@ -1836,6 +1847,8 @@ def main():
         return scalars
 
     last_eval = None
+    if args.eval_every and iteration == 0:  # the initial policy's solve rates: the baseline every later one is read against
+        run_eval(0, runner.train.params)
     while iteration < args.num_iterations:
         if not args.no_sfl and iteration % args.sfl_update_period == 0:  # B26 Table 3: every T updates
             t_filter = time.time()

@@ -368,3 +368,40 @@ def test_mujoco_recipe_scripts_refuse_bad_settings_in_one_line(env, words, tmp_p
         out = dry_run(script, RUNS_DIR=tmp_path / "x", **env)
         err = out.stderr.strip().splitlines()
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
+    """benchmark/sfl_kinetix_learning.sh (issue 11): SFL and --no-sfl at the same budget and seeds, every command valid
+    for the script; benchmark/sfl_kinetix_learning.py reads initial and final solve rates back from run directories."""
+    import tyro
+    from cleanrl_scaling import sfl_kinetix_jax as sfl
+    out = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry")
+    assert out.returncode == 0, out.stderr
+    argvs = commands(out.stdout)
+    runs = [parse_flags(c) for c in argvs]
+    assert sorted((r["exp_name"], r["seed"], r.get("sfl", True)) for r in runs) == [
+        ("no_sfl", "1", False), ("no_sfl", "2", False), ("sfl", "1", True), ("sfl", "2", True)]
+    assert {r["total_timesteps"] for r in runs} == {"1572864"} and {r["env_size"] for r in runs} == {"s"}
+    for argv in argvs:
+        args = tyro.cli(sfl.Args, args=argv)
+        scaling = sfl.validate(args, argv)
+        assert args.total_timesteps // scaling["batch_size"] == 384 and scaling["num_minibatches"] == 8
+    bad = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", TOTAL="100")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "TOTAL=100" in bad.stderr
+
+    for arm, seed, rates in [("sfl", 1, [0.3, 0.4, 0.5]), ("sfl", 2, [0.3, 0.35, 0.7]), ("no_sfl", 1, [0.3, 0.3, 0.2])]:
+        run = tmp_path / "runs" / f"Kinetix-s__{arm}__{seed}"
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"args": {"no_sfl": arm == "no_sfl", "seed": seed}}))
+        (run / "summary.json").write_text(json.dumps({"status": "finished", "SPS": 900.0, "filter_share": 0.25}))
+        rows = [{"global_step": 4096 * i, "iteration": i, "wall_time": 60.0 * i, "charts/solve_rate_random": r,
+                 "charts/solve_rate_handmade": 0.1} for i, r in enumerate(rates)]
+        rows.insert(1, {"global_step": 4096, "iteration": 1, "wall_time": 30.0, "sfl/frac_learnable": 0.75,
+                        "sfl/learnability_mean": 0.2})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = subprocess.run(["python", str(REPO / "benchmark" / "sfl_kinetix_learning.py"), str(tmp_path / "runs")],
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "sfl: random-level solve rate 0.300 -> 0.600 (mean of 2 run(s))" in table.stdout
+    assert "no-sfl: random-level solve rate 0.300 -> 0.200 (mean of 1 run(s))" in table.stdout
+    assert "| sfl | 2 | finished | 0.30 0.35 0.70 | 0.10 -> 0.10 | 0.75 | 0.200 | 0.25 | 900 | 2.0 |" in table.stdout

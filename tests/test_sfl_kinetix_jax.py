@@ -114,6 +114,30 @@ def test_buffer_and_fresh_levels_split_by_the_sample_ratio():
     assert same["src"].tolist() == [0, 0, 0, 0]
 
 
+def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
+    """A chunk's fresh levels are generated in one request (a sampler call makes level_batch levels, more than one
+    small update needs), yet level j of update u is still the level of key fold_in(fold_in(fresh_key, u), j): the same
+    for any level batch, chunk length or start, so resuming and chunking never change them."""
+    calls = []
+
+    def fake_sampler(keys):  # a level is a function of its key only, as Kinetix's sampler (vmapped per level)
+        calls.append(keys.shape[0])
+        return {"x": jax.vmap(lambda k: jax.random.uniform(k, (3,)))(keys)}
+
+    fresh_key = jax.random.PRNGKey(7)
+    programs = m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": fake_sampler})
+    args = m.Args(num_envs=8, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=16)  # 4 fresh levels per update
+    got = m.fresh_levels(programs, args, fresh_key, 10, 3)["x"]  # updates 11, 12, 13; the 4th slot repeats the 3rd
+    assert got.shape == (4, 4, 3) and calls == [16]  # 12 levels in one call of 16, not three calls
+    for u in range(3):
+        for j in range(4):
+            key = jax.random.fold_in(jax.random.fold_in(fresh_key, 10 + u), j)
+            np.testing.assert_array_equal(got[u, j], jax.random.uniform(key, (3,)))
+    np.testing.assert_array_equal(got[3], got[2])
+    args.level_batch = 4  # several calls, same levels
+    np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 10, 3)["x"], got)
+
+
 def test_sfl_counts_round_rho_n():
     args = m.Args(num_envs=2048, sfl_sample_ratio=0.5)
     assert m.sfl_counts(args) == (1024, 1024)
@@ -448,7 +472,7 @@ def test_smoke_run_directory(runs):
             if k != "losses/explained_variance":
                 assert math.isfinite(v), (k, v)
     assert sorted(r["iteration"] for r in metrics if "sfl/learnability_mean" in r) == [0, 2]  # before updates 1, 3
-    assert sorted(r["iteration"] for r in metrics if "charts/solve_rate_random" in r) == [2, 4]
+    assert sorted(r["iteration"] for r in metrics if "charts/solve_rate_random" in r) == [0, 2, 4]  # 0: the initial policy
     for r in metrics:
         if "sfl/frac_learnable" in r:
             assert 0 <= r["sfl/learnability_mean"] <= r["sfl/learnability_max"] <= 0.25 and 0 <= r["sfl/frac_learnable"] <= 1
