@@ -268,6 +268,19 @@ def test_curves_one_panel_per_value_of_panel_by(tmp_path):
                for r in rows)
 
 
+def test_a_run_without_env_id_is_named_by_its_run_name(tmp_path):
+    """sfl_kinetix_jax.py has no --env-id: its task (Kinetix-s) is the first field of the run name."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        run = write_run(runs, "Kinetix-s", "sfl", seed, [(s, {"charts/solve_rate_random": 0.1 * s}) for s in (0, 1)])
+        config = json.loads((run / "config.json").read_text())
+        del config["args"]["env_id"]
+        (run / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "k"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/solve_rate_random", "--out", str(out)]) == 0
+    assert {r["env_id"] for r in read_csv(f"{out}.csv")} == {"Kinetix-s"}
+
+
 def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
     """B26 Fig. 4: final score against lr, one line per COM, the better of anneal on/off at each point."""
     runs = tmp_path / "runs"

@@ -148,7 +148,10 @@ class Run:
 
     @property
     def env_id(self) -> str:
-        return str(self.value("env_id"))
+        """The config's env_id; a script without that flag (sfl_kinetix_jax.py: Kinetix-<size>) names its task first in
+        the run name (SPEC §4), so that name is used instead of 'None'."""
+        value = self.value("env_id")
+        return str(value) if value is not None else os.path.basename(self.path).split("__")[0]
 
     @property
     def seed(self):
