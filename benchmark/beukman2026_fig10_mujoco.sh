@@ -11,7 +11,8 @@
 # Figures: returns against steps (one line per choice at the largest N, and the base); the final-return table is
 # in the CSV.
 #   SCALE=laptop: N = 1024: 2 tasks x 3 seeds x (base + 2 choices) = 18 runs of 2.1M steps, measured on one core:
-#   Ant 10-11 min each (base 11.2, singla 10.0, b26 10.5), Humanoid ~17 (b26); ~4 CPU-hours (~2 h with WORKERS=2).
+#   Ant 10-11 min each (base 11.2, singla 10.0, b26 10.5), Humanoid 16-29 (b26 18, singla 25, base 29); 5.2 CPU-hours
+#   (~2.6 h with WORKERS=2).
 #   SCALE=paper: N = 4096, 20M steps.
 # Page: docs/reproducing/beukman2026_fig10_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"
