@@ -1,7 +1,8 @@
 """Throughput and filtering cost of sfl_kinetix_jax.py on this machine (issue 11 targets).
 
 For each num_envs (MLP network): random-action rollout SPS on the same levels (the environment alone), training SPS
-(the script's jitted chunk: level assignment, rollout, GAE, update) and their ratio (target >= 0.70); the compile
+(the script's jitted chunk: level assignment, rollout, GAE, update) and their ratio (target >= 0.70), and the same
+with 1 epoch instead of B26's 8 (R + U against R + 8U: how much of the gap is the update's arithmetic); the compile
 time of the training chunk, the level generator and the SFL scoring program; the cost per level of the generator and
 per level-step of the scoring rollout, and from them the share of wall time that SFL's buffer updates take at the
 2048 preset (N = 12288 levels x L = 512 steps every T = 128 updates of 2048 x 256 steps, plus 1024 fresh levels per
@@ -27,11 +28,13 @@ def refuse(message):
     sys.exit(2)
 
 
-def configure(num_envs, num_steps, env_size):
-    """The 2048 preset's SFL and PPO settings at this num_envs and rollout length, MLP network, one update a chunk."""
+def configure(num_envs, num_steps, env_size, update_epochs=8):
+    """The 2048 preset's SFL and PPO settings (B26 Table 2: 8 epochs) at this num_envs and rollout length, MLP network,
+    one update a chunk."""
     argv = ["--preset", "2048", "--network", "mlp", "--num-envs", str(num_envs), "--num-steps", str(num_steps),
             "--env-size", env_size, "--updates-per-chunk", "1", "--diagnostics-every", "0",
-            "--total-timesteps", str(num_envs * num_steps), "--num-minibatches", "1"]
+            "--total-timesteps", str(num_envs * num_steps), "--num-minibatches", "1",
+            "--update-epochs", str(update_epochs)]
     args = tyro.cli(m.Args, args=argv)  # parsed as the script parses it: one list of flags, not two
     scaling = m.validate(args, argv)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
@@ -78,6 +81,25 @@ def random_rollout_sps(setup, levels, num_steps, repeats):
     return repeats * num_steps * setup.num_envs / (time.time() - t)
 
 
+def train_sps(setup, programs, args, levels, repeats):
+    """Training SPS of the jitted chunk (level assignment, rollout, GAE, update) and its compile time; the runner it
+    ends with (for the scoring program's parameters)."""
+    runner = programs.init(jax.tree.map(lambda x: x[0], levels), 1)
+    runner = runner.replace(buffer=m.top_k_levels(runner.buffer, levels, jnp.zeros(args.num_envs)))
+    fresh = jax.tree.map(lambda x: x[None, :m.sfl_counts(args)[1]], levels)
+    hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
+                    vf_coef=jnp.float32(0.5))
+    obs = jax.tree.map(lambda x: x[:1], jax.vmap(setup.env.get_obs)(levels))
+    probe = m.empty_probe(setup, runner.train.params, obs, len(setup.probe_index))
+    (runner, probe, *_), compile_chunk = timed(programs.chunk, hyper, fresh, runner, probe, 1, -1)
+    runner, probe, *_ = jax.block_until_ready(programs.chunk(hyper, fresh, runner, probe, 1, -1))  # its own outputs
+    t = time.time()
+    for _ in range(repeats):
+        runner, probe, stats, _ = programs.chunk(hyper, fresh, runner, probe, 1, -1)
+    jax.block_until_ready(stats)
+    return repeats * args.num_envs * args.num_steps / (time.time() - t), compile_chunk, runner
+
+
 def filter_share(level_seconds, score_step_seconds, train_step_seconds, n=12288, length=512, period=128,
                  envs=2048, steps=256, fresh_per_update=1024):
     """Share of wall time in SFL's buffer updates at the 2048 preset, from per-level and per-step costs: every T
@@ -95,39 +117,30 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     opts = parser.parse_args()
     check_options(opts)
-    print("| num_envs | steps | random SPS | train SPS | ratio | compile s (chunk, generator, scoring) | "
-          "s per level | s per scoring step | filtering share at 2048 |")
-    print("|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    print("| num_envs | steps | random SPS | train SPS | ratio | train SPS, 1 epoch | ratio, 1 epoch | "
+          "compile s (chunk, generator, scoring) | s per level | s per scoring step | filtering share at 2048 |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for n in opts.num_envs:
         args = configure(n, opts.num_steps, opts.env_size)
-        t = time.time()
         setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
         # first calls compile; each program is timed on a later call with the argument types the script passes
         sample = functools.partial(m.sample_levels, programs.sample, args.level_batch)
         _, compile_sample = timed(sample, jax.random.PRNGKey(0), n)
         levels, sample_seconds = timed(sample, jax.random.PRNGKey(1), n)
-        runner = programs.init(jax.tree.map(lambda x: x[0], levels), 1)
-        runner = runner.replace(buffer=m.top_k_levels(runner.buffer, levels, jnp.zeros(n)))
         rand = random_rollout_sps(setup, levels, opts.num_steps, opts.repeats)
-        fresh = jax.tree.map(lambda x: x[None, :m.sfl_counts(args)[1]], levels)
-        hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
-                        vf_coef=jnp.float32(0.5))
-        obs = jax.tree.map(lambda x: x[:1], jax.vmap(setup.env.get_obs)(levels))
-        probe = m.empty_probe(setup, runner.train.params, obs, len(setup.probe_index))
-        (runner, probe, *_), compile_chunk = timed(programs.chunk, hyper, fresh, runner, probe, 1, -1)
-        runner, probe, *_ = jax.block_until_ready(programs.chunk(hyper, fresh, runner, probe, 1, -1))  # its own outputs
-        t = time.time()
-        for _ in range(opts.repeats):
-            runner, probe, stats, _ = programs.chunk(hyper, fresh, runner, probe, 1, -1)
-        jax.block_until_ready(stats)
-        train = opts.repeats * n * opts.num_steps / (time.time() - t)
+        train, compile_chunk, runner = train_sps(setup, programs, args, levels, opts.repeats)
+        # the same chunk with 1 epoch: R + U and R + 8U give the update's share (rollout R, one epoch U)
+        one = configure(n, opts.num_steps, opts.env_size, update_epochs=1)
+        setup_one, _, programs_one = m.build(m.build_config(one), one.sfl_buffer_size)
+        train_one = train_sps(setup_one, programs_one, one, levels, opts.repeats)[0]
         score = functools.partial(programs.score, runner.train.params, levels)
         _, compile_score = timed(score, jax.random.PRNGKey(0))
         _, score_seconds = timed(score, jax.random.PRNGKey(1))
         per_level = sample_seconds / n
         per_score_step = score_seconds / (n * args.sfl_rollout_length)
         share = filter_share(per_level, per_score_step, 1.0 / train)
-        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} | {compile_chunk:.0f}, "
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} | {train_one:.0f} "
+              f"| {train_one / rand:.2f} | {compile_chunk:.0f}, "
               f"{compile_sample:.0f}, {compile_score:.0f} | {per_level:.2e} | {per_score_step:.2e} | {share:.1%} |",
               flush=True)
 

@@ -140,6 +140,7 @@ def test_sfl_filtering_share_by_hand():
     assert math.isclose(sfl.filter_share(1.0, 0.0, 0.0), 12288 / (12288 + 128 * 1024))  # generation only
     args = sfl.configure(256, 32, "s")  # the 2048 preset's SFL values at a benchmark-sized batch
     assert (args.sfl_num_levels, args.sfl_rollout_length, args.sfl_update_period, args.network) == (12288, 512, 128, "mlp")
+    assert args.update_epochs == 8 and sfl.configure(256, 32, "s", update_epochs=1).update_epochs == 1
 
 
 # ---------------------------------------------------------------------------------------------------------
