@@ -1669,10 +1669,12 @@ def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: i
     # the chunk's levels in one request: a call generates level_batch levels, however few one update needs
     keys = jnp.concatenate([level_keys(jax.random.fold_in(fresh_key, first_iteration + i), 0, count) for i in range(n)])
     levels = levels_from_keys(programs.sample, args.level_batch, keys)
-    per_update = [jax.tree.map(lambda x: x[i * count:(i + 1) * count], levels) for i in range(n)]
-    per_update += [per_update[-1]] * (args.updates_per_chunk - n)
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_update)
-    return jax.tree.map(lambda x: x[:, :sfl_counts(args)[1]], stacked)
+    pad = args.updates_per_chunk - n
+
+    def per_update(x):  # [n * count, ...] -> [updates_per_chunk, F, ...]
+        x = x.reshape(n, count, *x.shape[1:])
+        return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])[:, :sfl_counts(args)[1]]
+    return jax.tree.map(per_update, levels)
 
 
 def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerState, sample_level_example) -> dict:
