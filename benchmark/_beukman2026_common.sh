@@ -9,7 +9,8 @@
 # SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
 # (LAPTOP_GRID=1 and its laptop defaults before sourcing this file; its header says what it runs and how long).
 # Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
-# its flags finished); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
+# its flags finished); RESUME=1 continues a run that stopped before finishing from its checkpoint (never while another
+# launcher runs the same RUNS_DIR); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
 set -euo pipefail
 SCALE=${SCALE:-paper}
 [[ "$SCALE" == paper || ( "$SCALE" == laptop && -n "${LAPTOP_GRID:-}" ) ]] || {
@@ -23,6 +24,7 @@ read -r -a FLAGS <<< "${FLAGS:-}"
 SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_ewma_jax2d.py}
 EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
 [[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+[[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)  # a run stopped before finishing continues from its checkpoint
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
 

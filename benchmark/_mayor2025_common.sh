@@ -2,7 +2,8 @@
 # stratified-bootstrap 95% CIs) on top of the launcher and the aggregation.
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
-# SLURM=1 submits a Slurm array instead of running locally (the bundled template).
+# SLURM=1 submits a Slurm array instead of running locally (the bundled template), RESUME=1 continues a run that
+# stopped before finishing from its checkpoint (never while another launcher runs the same RUNS_DIR).
 # A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py) before sourcing this file.
 # PPO runs get --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
 # M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.
@@ -26,6 +27,7 @@ read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
 [[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+[[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)  # a run stopped before finishing continues from its checkpoint
 COMPAT=(--cleanrl-compat)  # only the PPO Atari script has CleanRL's compat mode
 [[ "${CLEANRL_COMPAT:-1}" == 0 || "$SCRIPT" != cleanrl_scaling/ppo_atari_envpool.py ]] && COMPAT=()
 

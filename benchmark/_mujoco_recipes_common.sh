@@ -7,7 +7,9 @@
 # Return curves: per run, a trailing mean over 10 logged steps (64 envs end ~1 episode per step), then mean and CI.
 # Environment: SCALE (paper | laptop), RUNS_DIR (runs/mujoco_recipes), OUT_DIR (runs/figures), WORKERS (1), PYTHON,
 # SEEDS ("1 2 3"), ENV_IDS ("Ant-v4 Humanoid-v4"), TOTAL (steps per run), NUM_ENVS_LIST, DRY_RUN=1 (print the
-# commands, draw nothing), SLURM=1 (submit a Slurm array from the bundled template instead of running here).
+# commands, draw nothing), SLURM=1 (submit a Slurm array from the bundled template instead of running here),
+# RESUME=1 (a run stopped before finishing continues from its checkpoint; runs checkpoint every 16 updates, and on
+# SIGINT/SIGTERM; never while another launcher runs the same RUNS_DIR).
 #   SCALE=paper (default): NUM_ENVS_LIST "64 256 1024 4096", TOTAL 20M.
 #   SCALE=laptop: NUM_ENVS_LIST "64 1024", TOTAL 2.1M (at 1024 envs a 1000-step episode, with its reset step,
 #   ends every 1.025M steps: the second one by 2.05M; each script's header gives its run count and CPU time). The
@@ -32,6 +34,7 @@ read -r -a NUM_ENVS <<< "$NUM_ENVS_LIST"
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
 [[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+[[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
 
@@ -51,7 +54,7 @@ launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${ENV_IDS[@]}" --seeds "${SEEDS[@]}" \
-    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10
+    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10 --checkpoint-every 16
 }
 
 aggregate() {  # aggregate COMMAND NAME [options]: OUT_DIR/NAME_<env_id>.{png,pdf,csv}, one figure per task of ENV_IDS

@@ -184,6 +184,44 @@ def test_skip_finished_reruns_only_what_did_not_finish_end_to_end(tmp_path, caps
     assert len(os.listdir(tmp_path / "runs")) == 2  # the 2 seeds of the good point, run once
 
 
+def test_resume_unfinished_continues_stopped_runs_from_their_checkpoints(fake_script, tmp_path, capsys):
+    """--resume-unfinished: an interrupted run, or one killed after a checkpoint (no summary.json), continues from its
+    newest checkpoint; a diverged run or one without a checkpoint starts over; a finished run, also one that was
+    itself resumed or used another --checkpoint-every, is skipped."""
+    runs = tmp_path / "runs"
+    common = ["--total-timesteps", "1000"]
+
+    def run(i, lr, status, ckpt=True, extra=(), mtime=None):
+        argv = common + ["--learning-rate", lr, *extra, "--seed", "1", "--runs-dir", str(runs)]
+        write_run(runs, f"J__fake_train__1__{i}", {"script": "fake_train", "argv": argv}, status)
+        path = runs / f"J__fake_train__1__{i}" / "checkpoints" / "latest.ckpt"
+        if ckpt:
+            path.parent.mkdir()
+            path.write_bytes(b"state")
+            if mtime:
+                os.utime(path, (mtime, mtime))
+        return str(path)
+
+    run(0, "0.1", "finished", extra=["--resume", "elsewhere/latest.ckpt", "--checkpoint-every", "5"])
+    newest = run(1, "0.2", "interrupted", mtime=2e9)
+    run(2, "0.2", None, mtime=1e9)  # an older killed run of the same point
+    killed = run(3, "0.3", None)
+    run(4, "0.4", "diverged")
+    run(5, "0.5", "interrupted", ckpt=False)
+    sweep = ["--sweep", "learning-rate=0.1,0.2,0.3,0.4,0.5"]
+    launcher.main([fake_script, "--seeds", "1", *sweep, "--runs-dir", str(runs), "--skip-finished",
+                   "--resume-unfinished", "--dry-run", "--"] + common)
+    out = capsys.readouterr().out
+    assert out.startswith("# 4 run(s), 1 skipped as finished, 2 resumed from checkpoints")
+    resume = {parse_flags(c[2:])["learning_rate"]: parse_flags(c[2:]).get("resume") for c in commands(out)}
+    assert resume == {"0.2": newest, "0.3": killed, "0.4": None, "0.5": None}
+    launcher.main([fake_script, "--seeds", "1", *sweep, "--runs-dir", str(runs), "--skip-finished", "--dry-run",
+                   "--"] + common)  # without the flag every unfinished point starts over
+    assert all("--resume" not in c for c in commands(capsys.readouterr().out))
+    assert launcher.main([fake_script, "--resume-unfinished", "--dry-run"]) == 2
+    assert "only applies with --skip-finished" in capsys.readouterr().err
+
+
 def test_slurm_script_is_rendered_and_runs_its_line(fake_script, tmp_path, capsys):
     marker = tmp_path / "ran.txt"
     rc = launcher.main([fake_script, "--sweep", "x=a,b,c", "--seeds", "7", "--runs-dir", str(tmp_path / "runs"),

@@ -6,7 +6,8 @@
 Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
 launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
 (a run is finished iff its summary.json says so, SPEC §6) started with exactly the point's flags (its config.json
-"argv"). Usage and the Slurm placeholders: docs/pipeline.md.
+"argv"); --resume-unfinished also continues a point's interrupted or killed run from its checkpoint (--resume).
+Usage and the Slurm placeholders: docs/pipeline.md.
 """
 import argparse
 import itertools
@@ -20,7 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from cleanrl_scaling.utils.rundirs import as_bool, config_value_or, finished_configs, parse_flags, same_value
+from cleanrl_scaling.utils.rundirs import (as_bool, config_value_or, finished_configs, parse_flags, resumable_runs,
+                                           same_value)
 
 DEFAULT_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_template.sh")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -45,7 +47,9 @@ class Job:
 # ---------------------------------------------------------------------------------------------------------
 # --skip-finished: does a finished run's config.json describe this grid point?
 # ---------------------------------------------------------------------------------------------------------
-IGNORED_FOR_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_entity"}
+# flags that do not change what a run computes; a resumed run records its --resume and is still its grid point
+IGNORED_FOR_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_entity", "checkpoint_every",
+                        "resume"}
 
 
 def run_matches(job: Job, config: dict, script_stem: str) -> bool:
@@ -63,6 +67,20 @@ def run_matches(job: Job, config: dict, script_stem: str) -> bool:
     wanted.setdefault("exp_name", script_stem)  # a run without --exp-name has its script's name
     had.setdefault("exp_name", config_value_or(config, "exp_name", script_stem))
     return had.keys() == wanted.keys() and all(same_value(wanted[k], had[k]) for k in wanted)
+
+
+def resume_from_checkpoints(jobs: list, runs_dir: str, script_stem: str) -> int:
+    """--resume-unfinished: a grid point whose run stopped before finishing (SIGINT/SIGTERM, preemption, kill -9
+    after a checkpoint) continues from the newest such checkpoint instead of starting over. Returns how many."""
+    candidates = resumable_runs(runs_dir) if os.path.isdir(runs_dir) else []
+    resumed = 0
+    for job in jobs:
+        mine = [ckpt for config, ckpt in candidates if run_matches(job, config, script_stem)]
+        if mine:
+            job.argv += ["--resume", max(mine, key=os.path.getmtime)]
+            job.label += "_resumed"
+            resumed += 1
+    return resumed
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -277,6 +295,9 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="print the commands (and the Slurm script) and run nothing")
     p.add_argument("--skip-finished", action="store_true",
                    help="skip grid points with a finished run (summary.json status finished) in --runs-dir")
+    p.add_argument("--resume-unfinished", action="store_true",
+                   help="with --skip-finished: continue a grid point's interrupted or killed run from its checkpoint "
+                        "(--resume) instead of starting it over; only when no other launcher runs this grid")
     p.add_argument("--python", default=sys.executable, help="interpreter of the runs (default: this one)")
     p.add_argument("--slurm-template", nargs="?", const=DEFAULT_TEMPLATE, default=None, metavar="PATH",
                    help="submit a Slurm array rendered from this template (no PATH: the bundled one)")
@@ -304,6 +325,8 @@ def check_args(args) -> None:
         raise UsageError(f"--slurm-template {args.slurm_template!r} not found; omit PATH for the bundled template")
     if args.no_submit and not args.slurm_template:
         raise UsageError("--no-submit only applies with --slurm-template")
+    if args.resume_unfinished and not args.skip_finished:
+        raise UsageError("--resume-unfinished only applies with --skip-finished (a finished point is never resumed)")
 
 
 def main(argv=None) -> int:
@@ -324,6 +347,7 @@ def main(argv=None) -> int:
             kept = [j for j in jobs if not any(run_matches(j, c, script_stem) for c in configs)]
             skipped = len(jobs) - len(kept)
             jobs = kept
+        resumed = resume_from_checkpoints(jobs, args.runs_dir, script_stem) if args.resume_unfinished else 0
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_dir = args.log_dir or os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
         for job in jobs:
@@ -338,7 +362,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    header = f"# {len(jobs)} run(s)" + (f", {skipped} skipped as finished" if args.skip_finished else "")
+    header = f"# {len(jobs)} run(s)" + (f", {skipped} skipped as finished" if args.skip_finished else "") + \
+        (f", {resumed} resumed from checkpoints" if args.resume_unfinished else "")
     if not jobs:
         print(header + ": nothing to do")
         return 0

@@ -42,6 +42,19 @@ def finished_configs(root: str) -> list:
     return out
 
 
+def resumable_runs(root: str) -> list:
+    """(config.json, checkpoint path) of every run under root that stopped before finishing (interrupted, or killed
+    without a summary) and left a checkpoint (checkpoints/latest.ckpt, SPEC §6). Diverged runs are not resumable."""
+    out = []
+    for run_dir in run_dirs(root):
+        ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+        if run_status(run_dir) in ("interrupted", "running") and os.path.isfile(ckpt):
+            config = read_json(os.path.join(run_dir, "config.json"))
+            if isinstance(config, dict):
+                out.append((config, ckpt))
+    return out
+
+
 def config_value(config: dict, key: str, prefer: tuple = ("args", "resolved")):
     """A value of a config.json: the top level, then the `prefer` sections in order, then any nested dict.
     KeyError if absent. The launcher matches flags as given (args first); the aggregation groups by the values in
