@@ -169,28 +169,43 @@ def test_pqn_learning_refuses_bad_options_before_running(kw, flag, tmp_path, cap
 
 
 def test_pqn_learning_reads_both_programs_logs(tmp_path):
-    learning = load("pqn_atari_learning")
+    common, learning = load("_learning_comparison"), load("pqn_atari_learning")
     log = tmp_path / "cleanrl_s1.log"
     log.write_text("global_step=304, episodic_return=2.0\nSPS: 230\nglobal_step=1100, episodic_return=11.0\n"
                    "SPS: 231\nSPS: 229\n")
-    assert learning.cleanrl_episodes(str(log)) == [(304, 2.0), (1100, 11.0)]
-    assert learning.cleanrl_steps(str(log)) == 3 * 1024 and learning.cleanrl_steps(str(tmp_path / "none")) == 0
+    assert common.cleanrl_episodes(str(log)) == [(304, 2.0), (1100, 11.0)]
+    assert common.cleanrl_steps(learning.PQN, str(log)) == 3 * 1024
+    assert common.cleanrl_steps(learning.PQN, str(tmp_path / "none")) == 0
     run = tmp_path / "ours" / "Breakout-v5__pqn_atari__1__1795499439"
     run.mkdir(parents=True)
     rows = [{"global_step": 1024, "charts/episodic_return": 3.0}, {"global_step": 2048, "charts/eval_return": 0.0},
             {"global_step": 3072, "charts/SPS": 250.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert learning.our_episodes(str(run)) == ([(1024, 3.0)], [(2048, 0.0)], 3072)
+    assert common.our_episodes(str(run)) == ([(1024, 3.0)], [(2048, 0.0)], 3072)
     opts = pqn_learning_opts(tmp_path, out=str(tmp_path))
-    assert learning.our_run_dir(str(tmp_path), "Breakout-v5", 1) == str(run)
-    assert "--seed" in learning.our_command(opts, 1)  # no checkpoint yet: a fresh run
+    assert common.our_run_dir(learning.PQN, str(tmp_path), "Breakout-v5", 1) == str(run)
+    fresh = common.our_command(learning.PQN, opts, 1)  # no checkpoint yet: a fresh run
+    assert "--resume" not in fresh and fresh[fresh.index("--total-timesteps") + 1] == "1000000"
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "latest.ckpt").write_bytes(b"")
-    assert learning.our_command(opts, 1)[2:4] == ["--resume", str(run / "checkpoints" / "latest.ckpt")]
+    # a resumed run keeps its own flags (budget, env): without them it would take the script's 10M-step default
+    assert common.our_command(learning.PQN, opts, 1) == fresh + ["--resume", str(run / "checkpoints" / "latest.ckpt")]
+
+
+def test_procgen_learning_counts_cleanrl_iterations_of_its_own_batch(tmp_path):
+    common, learning = load("_learning_comparison"), load("ppo_procgen_learning")
+    log = tmp_path / "cleanrl_s1.log"
+    log.write_text("global_step=8000, episodic_return=[12.5]\nSPS: 80\nSPS: 81\n")  # procgen's returns print as arrays
+    assert common.cleanrl_episodes(str(log)) == [(8000, 12.5)]
+    assert common.cleanrl_steps(learning.PROCGEN, str(log)) == 2 * 64 * 256
+    run = tmp_path / "ours" / "starpilot__ppo_procgen__2__1795499439"
+    run.mkdir(parents=True)
+    assert common.our_run_dir(learning.PROCGEN, str(tmp_path), "starpilot", 2) == str(run)
+    assert common.our_run_dir(learning.PROCGEN, str(tmp_path), "starpilot", 1) is None
 
 
 def test_pqn_learning_window_and_tenths_by_hand():
-    learning = load("pqn_atari_learning")
+    learning = load("_learning_comparison")
     episodes = [(50, 1.0), (100, 3.0), (101, 5.0), (900, 2.0), (950, 4.0), (1000, 9.0)]
     # after step 900: 4 and 9, mean 6.5, sample sd sqrt(12.5), SE sqrt(12.5 / 2) = 2.5
     assert learning.window_stats(episodes, 900).split() == ["6.50", "±", "2.50", "(n=", "2)"]

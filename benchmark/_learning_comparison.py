@@ -1,0 +1,148 @@
+"""The learning comparisons against CleanRL (pqn_atari_learning.py, ppo_procgen_learning.py): the runs, their
+logs and the table. A comparison is one of our scripts and one of CleanRL's at CleanRL's defaults, on one machine.
+
+Every run starts at once, one thread each (OMP_NUM_THREADS=1), so each program sees the same machine. Rerunning the
+same command continues: a finished run is kept, an unfinished run of ours resumes from its latest checkpoint (with
+its own flags, so its budget and schedules stay those it started with), an unfinished CleanRL run (it writes no
+checkpoint) starts again. Final return: the mean full-game return of the episodes that end in the last 10% of the
+budget, with its standard error and count; both programs log the game's own score.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Comparison:
+    script: str  # our training script
+    stem: str  # its exp_name: runs are ours/{env_id}__{stem}__{seed}__{time}
+    batch: int  # steps of one iteration at CleanRL's defaults (CleanRL prints one "SPS: " line per iteration)
+    checkpoint_every: int  # our checkpoint period, in iterations
+    cleanrl_command: Callable  # (args, seed) -> the argv of CleanRL's run, started in args.out
+
+
+def our_run_dir(cmp: Comparison, out, env_id, seed):
+    prefix = f"{env_id}__{cmp.stem}__{seed}__"
+    dirs = sorted(d for d in os.listdir(os.path.join(out, "ours")) if d.startswith(prefix)) \
+        if os.path.isdir(os.path.join(out, "ours")) else []
+    return os.path.join(out, "ours", dirs[-1]) if dirs else None
+
+
+def our_status(run_dir):
+    path = os.path.join(run_dir, "summary.json") if run_dir else ""
+    return json.load(open(path)).get("status") if os.path.exists(path) else None
+
+
+def our_command(cmp: Comparison, args, seed):
+    """The run's own flags, plus --resume when it left a checkpoint: a resume without them would take the script's
+    defaults (another budget, so other lr and exploration schedules), or refuse another env."""
+    cmd = [sys.executable, cmp.script, "--env-id", args.env_id, "--seed", str(seed), "--total-timesteps",
+           str(args.total), "--runs-dir", os.path.join(args.out, "ours"), "--checkpoint-every",
+           str(cmp.checkpoint_every), "--progress", "none"]
+    run_dir = our_run_dir(cmp, args.out, args.env_id, seed)
+    latest = os.path.join(run_dir, "checkpoints", "latest.ckpt") if run_dir else ""
+    return cmd + (["--resume", latest] if os.path.exists(latest) else [])
+
+
+def cleanrl_log(out, seed):
+    return os.path.join(out, f"cleanrl_s{seed}.log")
+
+
+def cleanrl_steps(cmp: Comparison, path):
+    """CleanRL prints "SPS: ..." once per iteration; its steps done are the iterations it printed."""
+    return len(re.findall(r"^SPS: ", open(path).read(), re.M)) * cmp.batch if os.path.exists(path) else 0
+
+
+def start_runs(cmp: Comparison, args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = []
+    for seed in args.seeds:
+        if our_status(our_run_dir(cmp, args.out, args.env_id, seed)) != "finished":
+            log = open(os.path.join(args.out, f"ours_s{seed}.log"), "a")
+            procs.append(subprocess.Popen(our_command(cmp, args, seed), stdout=log, stderr=subprocess.STDOUT, env=env))
+    for seed in args.cleanrl_seeds:
+        if cleanrl_steps(cmp, cleanrl_log(args.out, seed)) < args.total // cmp.batch * cmp.batch:
+            log = open(cleanrl_log(args.out, seed), "w")
+            procs.append(subprocess.Popen(cmp.cleanrl_command(args, seed), stdout=log, stderr=subprocess.STDOUT,
+                                          env=env, cwd=args.out))
+    print(f"{len(procs)} run(s) started in {args.out}", flush=True)
+    return [p.wait() for p in procs]
+
+
+def our_episodes(run_dir):
+    """Training and evaluation (step, return) pairs from metrics.jsonl, and the last step logged."""
+    train, evaluation, last = [], [], 0
+    for line in open(os.path.join(run_dir, "metrics.jsonl")):
+        row = json.loads(line)
+        last = max(last, row["global_step"])
+        if "charts/episodic_return" in row:
+            train.append((row["global_step"], row["charts/episodic_return"]))
+        if "charts/eval_return" in row:
+            evaluation.append((row["global_step"], row["charts/eval_return"]))
+    return train, evaluation, last
+
+
+def cleanrl_episodes(path):
+    text = open(path).read()  # one line per finished game: "global_step=S, episodic_return=R"
+    return [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?([-\d.]+)", text)]
+
+
+def window_stats(episodes, start):
+    values = np.array([r for s, r in episodes if s > start])
+    if len(values) < 2:
+        return f"{'(fewer than 2 episodes)':>22s}"
+    return f"{values.mean():7.2f} ± {values.std(ddof=1) / np.sqrt(len(values)):4.2f} (n={len(values):4d})"
+
+
+def tenths(episodes, total):
+    width = total / 10
+    bins = [[r for s, r in episodes if k * width < s <= (k + 1) * width] for k in range(10)]
+    return " ".join(f"{np.mean(b):5.1f}" if b else "    -" for b in bins)
+
+
+def summarize(cmp: Comparison, args):
+    window = args.total - args.total // 10
+    print(f"{args.env_id}, {args.total} steps: final = mean full-game return of episodes ending after step {window}")
+    print(f"{'run':12s} {'steps':>8s} {'final training return':>26s} {'final greedy eval return':>26s}   "
+          "training return per tenth of the budget")
+    rows = [(f"ours s{s}", our_run_dir(cmp, args.out, args.env_id, s)) for s in args.seeds]
+    rows += [(f"CleanRL s{s}", cleanrl_log(args.out, s)) for s in args.cleanrl_seeds]
+    for name, path in rows:
+        if not path or not os.path.exists(path):
+            print(f"{name:12s} not started")
+            continue
+        if name.startswith("ours"):
+            train, evaluation, steps = our_episodes(path)
+        else:
+            train, evaluation, steps = cleanrl_episodes(path), [], cleanrl_steps(cmp, path)
+        ev = window_stats(evaluation, window) if evaluation else f"{'-':>26s}"
+        print(f"{name:12s} {steps:8d} {window_stats(train, window):>26s} {ev:>26s}   {tenths(train, args.total)}")
+
+
+def refuse(message):
+    print(f"error: {message}", file=sys.stderr)  # one line, exit 2, before any run starts
+    sys.exit(2)
+
+
+def check_common(cmp: Comparison, args, checkout_file: str):
+    if args.total < cmp.batch:
+        refuse(f"--total {args.total}: below one iteration of CleanRL's defaults ({cmp.batch} steps)")
+    if len(set(args.seeds)) != len(args.seeds) or len(set(args.cleanrl_seeds)) != len(args.cleanrl_seeds):
+        refuse("--seeds and --cleanrl-seeds: a seed given twice would run twice into the same log")
+    if not args.summary_only and args.cleanrl_seeds and not os.path.exists(
+            os.path.join(args.cleanrl or "", "cleanrl", checkout_file)):
+        refuse(f"--cleanrl {args.cleanrl}: not a CleanRL checkout (no cleanrl/{checkout_file}); give one, "
+               "or --cleanrl-seeds with no seed")
+
+
+def run(cmp: Comparison, args):
+    os.makedirs(args.out, exist_ok=True)
+    codes = [] if args.summary_only else start_runs(cmp, args)
+    summarize(cmp, args)
+    sys.exit(1 if any(codes) else 0)
