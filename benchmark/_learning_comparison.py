@@ -142,6 +142,7 @@ def check_common(cmp: Comparison, args, checkout_file: str):
 
 
 def run(cmp: Comparison, args):
+    args.out = os.path.abspath(args.out)  # CleanRL's runs start in it: its script's path must not be relative to it
     os.makedirs(args.out, exist_ok=True)
     codes = [] if args.summary_only else start_runs(cmp, args)
     summarize(cmp, args)
