@@ -388,6 +388,14 @@ def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
         assert args.total_timesteps // scaling["batch_size"] == 384 and scaling["num_minibatches"] == 8
     bad = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", TOTAL="100")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "TOTAL=100" in bad.stderr
+    # a long run over several sittings: rarer evaluations, stopped runs continue from their checkpoints
+    long = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", TOTAL="20971520", EVAL_EVERY="512", RESUME="1")
+    assert long.returncode == 0, long.stderr
+    runs = [parse_flags(c) for c in commands(long.stdout)]
+    assert {(r["eval_every"], r["total_timesteps"], r["checkpoint_every"]) for r in runs} == {("512", "20971520", "16")}
+    assert "resumed from checkpoints" in long.stdout  # the launcher got --resume-unfinished
+    bad = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", EVAL_EVERY="0")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "EVAL_EVERY=0" in bad.stderr
 
     for arm, seed, rates in [("sfl", 1, [0.3, 0.4, 0.5]), ("sfl", 2, [0.3, 0.35, 0.7]), ("no_sfl", 1, [0.3, 0.3, 0.2])]:
         run = tmp_path / "runs" / f"Kinetix-s__{arm}__{seed}"
