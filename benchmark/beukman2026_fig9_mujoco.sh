@@ -11,9 +11,9 @@
 # recipe is the base itself, which runs once ("none").
 # Figures: returns against steps, one panel per N (Fig. 9); the final return (Fig. 14) and steps per second (Fig. 13,
 # the run's last charts/SPS, measured with one core per run) against N, one line per recipe.
-#   SCALE=laptop: N = 64 and 1024: 2 tasks x 3 seeds x (1 base + 4 recipes) = 30 runs of 2.1M steps, ~9 CPU-hours
-#   (ENV_IDS=Ant-v4 alone ~3.9, ~2 h with WORKERS=2). Measured on one core: runs with the base's 64-sample minibatches
-#   (base, more-minibatches) ~21 min on Ant, ~28 on Humanoid; 1024 envs with 256 to 4096-sample minibatches 10-17 min.
+#   SCALE=laptop: N = 64 and 1024: 2 tasks x 3 seeds x (1 base + 4 recipes) = 30 runs of 2.1M steps, ~11 CPU-hours
+#   (ENV_IDS=Ant-v4 alone: 4.8 measured, ~2.5 h with WORKERS=2). Measured on Ant, one core per run: base ~21 min,
+#   more-minibatches ~28, hybrid ~19, larger-minibatches and sqrt-lr ~14; Humanoid's runs take longer.
 #   NUM_ENVS_LIST="64 256 1024" adds the middle N (54 runs, ~15 CPU-hours).
 #   SCALE=paper: N up to 4096, 20M steps, 78 runs.
 # Page: docs/reproducing/beukman2026_fig9_mujoco.md. Environment: see _mujoco_recipes_common.sh.
