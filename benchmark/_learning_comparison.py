@@ -7,6 +7,7 @@ its own flags, so its budget and schedules stay those it started with), an unfin
 checkpoint) starts again. Final return: the mean full-game return of the episodes that end in the last 10% of the
 budget, with its standard error and count; both programs log the game's own score.
 """
+import argparse
 import json
 import os
 import re
@@ -123,6 +124,18 @@ def summarize(cmp: Comparison, args):
             train, evaluation, steps = cleanrl_episodes(path), [], cleanrl_steps(cmp, path)
         ev = window_stats(evaluation, window) if evaluation else f"{'-':>26s}"
         print(f"{name:12s} {steps:8d} {window_stats(train, window):>26s} {ev:>26s}   {tenths(train, args.total)}")
+
+
+def parser(description: str, out: str, env_id: str) -> argparse.ArgumentParser:
+    """The options every comparison takes; each script adds how to find and run CleanRL's side."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=out)
+    p.add_argument("--env-id", default=env_id)
+    p.add_argument("--total", type=int, default=1_000_000)
+    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2])
+    p.add_argument("--cleanrl-seeds", type=int, nargs="*", default=[1])
+    p.add_argument("--summary-only", action="store_true", help="print the table from the runs in --out; run nothing")
+    return p
 
 
 def refuse(message):

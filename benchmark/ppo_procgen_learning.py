@@ -10,14 +10,13 @@ its default envpool backend; CleanRL's script runs unpatched from a copy in --ou
 continuation after a stop and the table (final training return over the last 10% of the budget, with its standard
 error and count, and per tenth of the budget) are those of _learning_comparison.py.
 """
-import argparse
 import os
 import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _learning_comparison import Comparison, check_common, run  # noqa: E402
+from _learning_comparison import Comparison, check_common, parser, run  # noqa: E402
 
 
 def cleanrl_command(args, seed):
@@ -32,15 +31,9 @@ PROCGEN = Comparison(script=os.path.join(HERE, "..", "cleanrl_scaling", "ppo_pro
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__.split("\n")[0], out="runs/ppo_procgen_learning", env_id="starpilot")
     p.add_argument("--cleanrl", help="a CleanRL checkout (its cleanrl/ppo_procgen.py is copied to --out)")
     p.add_argument("--cleanrl-python", default=sys.executable, help="the interpreter of CleanRL's venv")
-    p.add_argument("--out", default="runs/ppo_procgen_learning")
-    p.add_argument("--env-id", default="starpilot")
-    p.add_argument("--total", type=int, default=1_000_000)
-    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2])
-    p.add_argument("--cleanrl-seeds", type=int, nargs="*", default=[1])
-    p.add_argument("--summary-only", action="store_true", help="print the table from the runs in --out; run nothing")
     args = p.parse_args()
     check_common(PROCGEN, args, "ppo_procgen.py")
     run(PROCGEN, args)

@@ -10,13 +10,12 @@ training return (the mean full-game return of the episodes that end in the last 
 standard error and count); for ours also the greedy evaluation return (charts/eval_return) over the same window;
 and the mean training return in each tenth of the budget.
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _learning_comparison import Comparison, check_common, run  # noqa: E402
+from _learning_comparison import Comparison, check_common, parser, run  # noqa: E402
 
 
 def patched_cleanrl(checkout, directory):
@@ -39,14 +38,8 @@ def check_options(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__.split("\n")[0], out="runs/pqn_learning", env_id="Breakout-v5")
     p.add_argument("--cleanrl", help="a CleanRL checkout (its cleanrl/pqn_atari_envpool.py is patched in --out)")
-    p.add_argument("--out", default="runs/pqn_learning")
-    p.add_argument("--env-id", default="Breakout-v5")
-    p.add_argument("--total", type=int, default=1_000_000)
-    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2])
-    p.add_argument("--cleanrl-seeds", type=int, nargs="*", default=[1])
-    p.add_argument("--summary-only", action="store_true", help="print the table from the runs in --out; run nothing")
     args = p.parse_args()
     check_options(args)
     run(PQN, args)
