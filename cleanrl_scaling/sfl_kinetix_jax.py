@@ -133,6 +133,9 @@ class Args(ScalingArgs, RunArgs):
     # SFL (B26 Table 3, 2048 column; Rutherford et al. 2024)
     no_sfl: bool = False
     """plain PPO on fresh random levels every update (domain randomisation, Kinetix's baseline): no buffer or filter"""
+    train_levels: tuple[str, ...] = ()
+    """train on these hand-designed levels of --env-size (e.g. s/h4_thrust_aim) instead of random ones, env i on level
+    i mod their count, as Kinetix's fixed training-level lists; checks that the agent learns a level. Needs --no-sfl"""
     sfl_num_levels: int = 12288
     """N: random levels scored at every buffer update"""
     sfl_rollout_length: int = 512
@@ -1483,6 +1486,12 @@ def validate(args, argv: list) -> dict:
                  "eval_level_seed"):
         check(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0 (got {getattr(args, name)})")
     check(0 <= args.sfl_sample_ratio <= 1, f"--sfl-sample-ratio must lie in [0, 1] (got {args.sfl_sample_ratio})")
+    if args.train_levels:
+        check(args.no_sfl, "--train-levels: SFL chooses its levels among random ones; add --no-sfl to train on a list")
+        known = handmade_level_names(args.env_size)
+        unknown = [name for name in args.train_levels if name not in known]
+        check(not unknown, f"--train-levels {' '.join(unknown)}: not a hand-designed level of --env-size "
+              f"{args.env_size}; one of {', '.join(known)}")
     check(args.sfl_buffer_size <= args.sfl_num_levels, f"--sfl-buffer-size {args.sfl_buffer_size} exceeds "
           f"--sfl-num-levels {args.sfl_num_levels}: the buffer keeps the best K of the N levels scored")
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
@@ -1508,7 +1517,8 @@ def signature(args) -> dict:
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
             "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
-            "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps}
+            "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
+            **({"train_levels": list(args.train_levels)} if args.train_levels else {})}  # absent: random levels, as before
 
 
 def next_stop(iteration: int, args) -> int:
@@ -1677,6 +1687,13 @@ def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: i
     return jax.tree.map(per_update, levels)
 
 
+def listed_levels(levels, num_envs: int, updates_per_chunk: int):
+    """[updates_per_chunk, N] levels for --train-levels: env i plays listed level i mod their count at every update."""
+    count = jax.tree.leaves(levels)[0].shape[0]
+    per_env = tree_take(levels, jnp.arange(num_envs) % count)
+    return jax.tree.map(lambda x: jnp.broadcast_to(x[None], (updates_per_chunk, *x.shape)), per_env)
+
+
 def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerState, sample_level_example) -> dict:
     """XLA's compiled-memory analysis of each program at this configuration's shapes, per device; nothing runs."""
     mesh = setup.mesh
@@ -1732,7 +1749,16 @@ def main():
     args = tyro.cli(Args)
     try:
         scaling = validate(args, sys.argv[1:])
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        if args.resume:  # train_levels is in a signature only when given: checked here, both ways
+            wanted = signature(args)
+            wanted_levels = wanted.pop("train_levels", None)
+            ckpt = load_checkpoint(args.resume, SCRIPT, wanted)
+            saved_levels = ckpt["signature"].get("train_levels")
+            check(saved_levels == wanted_levels, f"--resume: the checkpoint trained on "
+                  f"{' '.join(saved_levels) if saved_levels else 'random levels'}; pass "
+                  + (f"--train-levels {' '.join(saved_levels)}" if saved_levels else "no --train-levels"))
+        else:
+            ckpt = None
         check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
@@ -1749,6 +1775,7 @@ def main():
     lead = jax.process_index() == 0  # the process that writes the run directory
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
           + (f", preset={args.preset}" if args.preset != "none" else "")
+          + (f", train_levels={' '.join(args.train_levels)}" if args.train_levels else "")
           + (", no_sfl" if args.no_sfl else f", sfl N={args.sfl_num_levels} T={args.sfl_update_period} "
              f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
              f"({from_buffer} buffer + {from_fresh} fresh envs)"))
@@ -1797,6 +1824,10 @@ def main():
     eval_levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
                                              args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
     eval_levels = jax.device_put(fetch(eval_levels), eval_device)
+    if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
+        index = jnp.array([handmade_level_names(args.env_size).index(name) for name in args.train_levels])
+        listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
+                           NamedSharding(setup.mesh, P(None, "envs")))
     lockstep("levels")  # the hand-designed levels load on each process alone
     eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
     print(f"levels, {num_handmade} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
@@ -1811,7 +1842,7 @@ def main():
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
-                      "handmade_levels": handmade_level_names(args.env_size)}}
+                      "handmade_levels": handmade_level_names(args.env_size), "train_levels": list(args.train_levels)}}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
                        start_iteration if args.resume else 0, headline="charts/solve_rate_random") if lead else None
     stop = StopFlag()
@@ -1842,7 +1873,10 @@ def main():
         solved = jax.device_get(programs.first_solved(eval_levels, jax.device_put(fetch(params), eval_device),
                                                       jax.random.fold_in(eval_key, iteration)))
         rates = level_solve_rates(solved, args.eval_attempts)
-        scalars = {"charts/solve_rate_handmade": float(rates[args.eval_random_levels:].mean())}
+        handmade_rates = rates[args.eval_random_levels:]
+        scalars = {"charts/solve_rate_handmade": float(handmade_rates.mean())}
+        for name, rate in zip(handmade_level_names(args.env_size), handmade_rates):  # per level: what the mean hides
+            scalars[f"charts/solve_rate_handmade/{name.split('/', 1)[1]}"] = float(rate)
         if args.eval_random_levels:
             scalars["charts/solve_rate_random"] = float(rates[:args.eval_random_levels].mean())
         log(iteration * args.batch_size, iteration, scalars)
@@ -1861,7 +1895,7 @@ def main():
         end = next_stop(iteration, args)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        fresh = fresh_levels(programs, args, fresh_key, iteration, n)
+        fresh = listed if args.train_levels else fresh_levels(programs, args, fresh_key, iteration, n)
         runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
         # gathered global values, the same on every process: all take the same NaN decision below
         stats, episodes = fetch((stats, episodes))
@@ -1923,7 +1957,8 @@ def main():
     if status == "finished":
         checkpoint(iteration, runner)
         last_eval = run_eval(iteration, runner.train.params)
-        summary.update({k.split("/")[1]: v for k, v in last_eval.items()})
+        summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
+        summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
         print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
               f"levels, {summary['solve_rate_handmade']:.4f} on {num_handmade} hand-designed levels "
               f"({args.eval_attempts} attempts each)")

@@ -138,6 +138,15 @@ def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
     np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 10, 3)["x"], got)
 
 
+def test_train_levels_give_env_i_listed_level_i_mod_their_count():
+    """--train-levels: every update, env i plays listed level i mod k (k = 3 levels over 7 envs here)."""
+    levels = {"id": jnp.arange(3), "pos": jnp.arange(6.0).reshape(3, 2)}
+    got = m.listed_levels(levels, num_envs=7, updates_per_chunk=2)
+    assert got["id"].shape == (2, 7) and got["pos"].shape == (2, 7, 2)
+    assert np.asarray(got["id"]).tolist() == [[0, 1, 2, 0, 1, 2, 0]] * 2
+    np.testing.assert_array_equal(got["pos"][1, 4], [2.0, 3.0])  # env 4 -> level 1, whole state
+
+
 def test_sfl_counts_round_rho_n():
     args = m.Args(num_envs=2048, sfl_sample_ratio=0.5)
     assert m.sfl_counts(args) == (1024, 1024)
@@ -380,6 +389,9 @@ def run_main(argv):
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
     (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
     (["--preset", "1m", "--sfl-buffer-size", "5000000"], "--sfl-buffer-size"),  # the preset's N = 4194304
+    (["--train-levels", "s/h4_thrust_aim"], "add --no-sfl"),  # SFL picks among random levels
+    (["--no-sfl", "--train-levels", "s/h4_thrust_aim", "m/h0_unicycle"], "--train-levels m/h0_unicycle"),
+    (["--no-sfl", "--env-size", "m", "--train-levels", "s/h4_thrust_aim"], "--env-size m"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2
@@ -399,6 +411,19 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
     assert run_main(["--resume", str(other)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--network mlp" in err[0]
+    # --train-levels is part of what must match, both ways (a checkpoint without it trained on random levels)
+    listed = ["--no-sfl", "--train-levels", "s/h4_thrust_aim"]
+    listed_sig = m.signature(m.Args(no_sfl=True, train_levels=("s/h4_thrust_aim",)))
+    random_sig = m.signature(m.Args(no_sfl=True))
+    assert "train_levels" not in random_sig  # older checkpoints (random levels) still resume
+    for saved, argv, hint in [(listed_sig, ["--no-sfl"], "--train-levels s/h4_thrust_aim"),
+                              (random_sig, listed, "no --train-levels"),
+                              ({**listed_sig, "train_levels": ["s/h0_weak_thrust"]}, listed, "s/h0_weak_thrust")]:
+        ckpt = tmp_path / "listed.ckpt"
+        ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": saved}))
+        assert run_main(argv + ["--resume", str(ckpt)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and hint in err[0] and "--resume" in err[0], err
 
 
 def test_bad_input_exit_2_in_a_fresh_process():
@@ -455,7 +480,8 @@ def test_smoke_run_directory(runs):
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["resolved"]["batch_size"] == BATCH and config["resolved"]["num_minibatches"] == 2
     assert config["args"]["num_iterations"] == 4 and config["script"] == "sfl_kinetix_jax"
-    assert config["sfl"] == {"envs_from_buffer": 2, "envs_fresh": 2, "handmade_levels": m.handmade_level_names("s")}
+    assert config["sfl"] == {"envs_from_buffer": 2, "envs_fresh": 2, "handmade_levels": m.handmade_level_names("s"),
+                             "train_levels": []}
     metrics = rows(run_dir)
     tags = set().union(*metrics)
     required = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
@@ -479,10 +505,17 @@ def test_smoke_run_directory(runs):
         for tag in ("charts/solve_rate_random", "charts/solve_rate_handmade"):
             if tag in r:  # a mean over levels of means over 2 attempts of a 0/1 outcome: k/8 (4 levels), k/20 (10)
                 assert 0 <= r[tag] <= 1 and (r[tag] * (8 if tag.endswith("random") else 20)) % 1 < 1e-6
+        if "charts/solve_rate_handmade" in r:  # each level's rate (k/2 over 2 attempts); their mean is the headline
+            per_level = [r[f"charts/solve_rate_handmade/{name.split('/')[1]}"] for name in m.handmade_level_names("s")]
+            assert all(v in (0.0, 0.5, 1.0) for v in per_level)
+            assert math.isclose(np.mean(per_level), r["charts/solve_rate_handmade"], abs_tol=1e-9)
     ckpt = pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))
     assert ckpt["script"] == "sfl_kinetix_jax" and ckpt["iteration"] == 4
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["status"] == "finished" and 0 <= summary["filter_share"] <= 1
+    final = [r for r in metrics if "charts/solve_rate_handmade" in r][-1]
+    assert summary["solve_rate_handmade"] == final["charts/solve_rate_handmade"]
+    assert sorted(summary["solve_rate_handmade_levels"]) == [n.split("/")[1] for n in m.handmade_level_names("s")]
 
 
 @pytest.mark.slow
@@ -520,6 +553,30 @@ def test_no_sfl_trains_on_fresh_levels_only(tmp_path):
     metrics = rows(run_dir)
     assert not [r for r in metrics if any(k.startswith("sfl/") for k in r)]
     assert [r["iteration"] for r in metrics if "losses/policy_loss" in r] == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_agent_learns_a_listed_hand_designed_level(tmp_path):
+    """--no-sfl --train-levels: every env plays s/h1_thrust_over_ball, which the initial policy never solved in 5
+    attempts (docs/sfl_kinetix_jax.md, learning section); within 32 updates of the learning check's settings the
+    policy solves it in at least 8 of 10 attempts. The end-to-end check that PPO here learns what it trains on."""
+    level = "s/h1_thrust_over_ball"
+    argv = ["--network", "mlp", "--num-envs", "16", "--num-steps", "256", "--num-minibatches", "8",
+            "--update-epochs", "4", "--learning-rate", "5e-4", "--no-sfl", "--train-levels", level,
+            "--level-batch", "16", "--updates-per-chunk", "16", "--eval-random-levels", "0", "--eval-attempts", "10",
+            "--eval-every", "32", "--diagnostics-every", "0", "--checkpoint-every", "0", "--progress", "none",
+            "--total-timesteps", str(32 * 16 * 256), "--runs-dir", str(tmp_path)]
+    assert run_main(argv) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    assert json.load(open(os.path.join(run_dir, "config.json")))["sfl"]["train_levels"] == [level]
+    tag = "charts/solve_rate_handmade/h1_thrust_over_ball"
+    rates = [(r["iteration"], r[tag]) for r in rows(run_dir) if tag in r]
+    assert [it for it, _ in rates] == [0, 32]
+    assert rates[0][1] <= 0.3 and rates[1][1] >= 0.8, rates
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))  # the headline stays the mean over the levels
+    last = [r for r in rows(run_dir) if tag in r][-1]
+    assert summary["solve_rate_handmade"] == last["charts/solve_rate_handmade"]
+    assert summary["solve_rate_handmade_levels"]["h1_thrust_over_ball"] == rates[1][1]
 
 
 @pytest.fixture(scope="module")
