@@ -11,9 +11,10 @@
 # recipe is the base itself, which runs once ("none").
 # Figures: returns against steps, one panel per N (Fig. 9); the final return (Fig. 14) and steps per second (Fig. 13,
 # the run's last charts/SPS, measured with one core per run) against N, one line per recipe.
-#   SCALE=laptop: N = 64 and 1024: 2 tasks x 3 seeds x (1 base + 4 recipes) = 30 runs of 2.1M steps, ~11 CPU-hours
-#   (ENV_IDS=Ant-v4 alone: 4.8 measured, ~2.5 h with WORKERS=2). Measured on Ant, one core per run: base ~21 min,
-#   more-minibatches ~28, hybrid ~19, larger-minibatches and sqrt-lr ~14; Humanoid's runs take longer.
+#   SCALE=laptop: N = 64 and 1024: 2 tasks x 3 seeds x (1 base + 4 recipes) = 30 runs of 2.1M steps, 12.1
+#   CPU-hours measured (Ant 4.8, Humanoid 7.3; ~6 h with WORKERS=2). One core per run: Ant base ~21 min,
+#   more-minibatches ~28, hybrid ~19, larger-minibatches and sqrt-lr ~14; Humanoid base ~35, more-minibatches ~35,
+#   hybrid ~30, larger-minibatches and sqrt-lr ~21-24.
 #   NUM_ENVS_LIST="64 256 1024" adds the middle N (54 runs, ~15 CPU-hours).
 #   SCALE=paper: N up to 4096, 20M steps, 78 runs.
 # Page: docs/reproducing/beukman2026_fig9_mujoco.md. Environment: see _mujoco_recipes_common.sh.
