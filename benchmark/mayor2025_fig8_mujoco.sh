@@ -8,7 +8,8 @@
 # grown through T.
 #   SCALE=laptop: x16 only (NUM_ENVS_LIST "64 1024"): 2 tasks x 3 seeds x 3 settings = 18 runs of 2.1M steps (12
 #   shared with Fig. 9); after Fig. 9, 2.25 CPU-hours more (measured: Ant 1.1, Humanoid 1.15; the 64 x 512 runs
-#   ~22 min on one core, Humanoid ~20-25); alone, add the base and 1024 x 32 runs of Fig. 9 (about 5 CPU-hours). NUM_ENVS_LIST="64 256 1024" adds the x4 point.
+#   ~22 min on one core, Humanoid ~20-25); alone, add the base and 1024 x 32 runs of Fig. 9 (about 5 CPU-hours).
+#   NUM_ENVS_LIST="64 256 1024" adds the x4 point.
 #   SCALE=paper: up to 4096 x 32 and 64 x 2048, 20M steps.
 # Page: docs/reproducing/mayor2025_fig8_mujoco.md. Environment: see _mujoco_recipes_common.sh.
 source "$(dirname "$0")/_mujoco_recipes_common.sh"

@@ -1820,12 +1820,13 @@ def main():
     eval_random = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
                                       max(args.eval_random_levels, 1)))
     handmade = load_handmade_levels(args.env_size, static_params)
-    num_handmade = len(handmade_level_names(args.env_size))
+    handmade_names = handmade_level_names(args.env_size)
+    num_handmade = len(handmade_names)
     eval_levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
                                              args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
     eval_levels = jax.device_put(fetch(eval_levels), eval_device)
     if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
-        index = jnp.array([handmade_level_names(args.env_size).index(name) for name in args.train_levels])
+        index = jnp.array([handmade_names.index(name) for name in args.train_levels])
         listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
                            NamedSharding(setup.mesh, P(None, "envs")))
     lockstep("levels")  # the hand-designed levels load on each process alone
@@ -1842,7 +1843,7 @@ def main():
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
-                      "handmade_levels": handmade_level_names(args.env_size), "train_levels": list(args.train_levels)}}
+                      "handmade_levels": handmade_names, "train_levels": list(args.train_levels)}}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
                        start_iteration if args.resume else 0, headline="charts/solve_rate_random") if lead else None
     stop = StopFlag()
@@ -1875,7 +1876,7 @@ def main():
         rates = level_solve_rates(solved, args.eval_attempts)
         handmade_rates = rates[args.eval_random_levels:]
         scalars = {"charts/solve_rate_handmade": float(handmade_rates.mean())}
-        for name, rate in zip(handmade_level_names(args.env_size), handmade_rates):  # per level: what the mean hides
+        for name, rate in zip(handmade_names, handmade_rates):  # per level: what the mean hides
             scalars[f"charts/solve_rate_handmade/{name.split('/', 1)[1]}"] = float(rate)
         if args.eval_random_levels:
             scalars["charts/solve_rate_random"] = float(rates[:args.eval_random_levels].mean())
