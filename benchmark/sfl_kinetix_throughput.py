@@ -8,6 +8,11 @@ per level-step of the scoring rollout, and from them the share of wall time that
 2048 preset (N = 12288 levels x L = 512 steps every T = 128 updates of 2048 x 256 steps, plus 1024 fresh levels per
 update). The share is an extrapolation from the measured per-step costs at --num-envs, not a 2048-env run (one
 2048 x 256 update takes minutes on this CPU). Memory and the largest real run are measured by the .sh wrapper.
+
+Whether the ratio target can be met at 8 epochs on this machine at all: XLA's FLOP count of one epoch's update (one
+minibatch step over the whole batch), the rate that step runs at alone, and the rate of a large dense float32 matmul
+on the same devices (what this CPU does at best); from them the best ratio training could reach if the update ran at
+that matmul rate and the rest of the chunk (rollout with the policy, levels, GAE) stayed as measured.
 """
 import argparse
 import functools
@@ -100,6 +105,55 @@ def train_sps(setup, programs, args, levels, repeats):
     return repeats * args.num_envs * args.num_steps / (time.time() - t), compile_chunk, runner
 
 
+def matmul_gflops(repeats, size=2048):
+    """GFLOP/s of a large dense float32 matmul: the best this CPU does on the arithmetic an MLP update is made of."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ a)
+    x = jax.block_until_ready(matmul(a))
+    t = time.time()
+    for _ in range(repeats):
+        x = matmul(x * 1e-3)
+    jax.block_until_ready(x)
+    return repeats * 2 * size**3 / (time.time() - t) / 1e9
+
+
+def xla_flops(compiled) -> float:
+    cost = compiled.cost_analysis()
+    return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
+
+
+def update_epoch_cost(setup, runner, levels, num_samples, repeats):
+    """One epoch at one minibatch = one Adam step on num_samples samples: XLA's FLOP count and its seconds alone."""
+    obs = jax.vmap(setup.env.get_obs)(levels)
+    obs = jax.tree.map(lambda x: jnp.resize(x, (num_samples,) + x.shape[1:]), obs)
+    dims = m.action_layout(setup.env, setup.env_params)[0]
+    key_a, key_b = jax.random.split(jax.random.PRNGKey(0))
+    batch = m.Batch(obs=obs, action=jax.random.randint(key_a, (num_samples, len(dims)), 0, jnp.asarray(dims)),
+                    logp=jnp.full(num_samples, -5.0), advantages=jax.random.normal(key_b, (num_samples,)),
+                    returns=jnp.ones(num_samples), value=jnp.zeros(num_samples))
+    hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
+                    vf_coef=jnp.float32(0.5))
+    probe = m.empty_probe(setup, runner.train.params, jax.tree.map(lambda x: x[:1], obs), len(setup.probe_index))
+    carry = m.UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+                          stopped=jnp.zeros((), bool))
+    step = jax.jit(lambda carry, batch: m.minibatch_step(setup, hyper, False, carry, batch)[0])
+    compiled = step.lower(carry, batch).compile()
+    carry = jax.block_until_ready(compiled(carry, batch))
+    t = time.time()
+    for _ in range(repeats):
+        carry = compiled(carry, batch)
+    jax.block_until_ready(carry)
+    return xla_flops(compiled), (time.time() - t) / repeats
+
+
+def best_case_ratio(rand_sps, train_sps, train_one_sps, epochs, epoch_flops, gflops):
+    """Training/random ratio if each epoch's update took epoch_flops at `gflops` and the rest of the chunk stayed as
+    measured. Per step: random r = 1/rand, training R + E*U = 1/train, with one epoch R + U = 1/train_one."""
+    per_epoch = (1 / train_sps - 1 / train_one_sps) / (epochs - 1)  # U, seconds per env step
+    rest = 1 / train_one_sps - per_epoch  # R
+    return (1 / rand_sps) / (rest + epochs * epoch_flops / (gflops * 1e9))
+
+
 def filter_share(level_seconds, score_step_seconds, train_step_seconds, n=12288, length=512, period=128,
                  envs=2048, steps=256, fresh_per_update=1024):
     """Share of wall time in SFL's buffer updates at the 2048 preset, from per-level and per-step costs: every T
@@ -120,6 +174,7 @@ def main():
     print("| num_envs | steps | random SPS | train SPS | ratio | train SPS, 1 epoch | ratio, 1 epoch | "
           "compile s (chunk, generator, scoring) | s per level | s per scoring step | filtering share at 2048 |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    bounds = []
     for n in opts.num_envs:
         args = configure(n, opts.num_steps, opts.env_size)
         setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
@@ -143,6 +198,17 @@ def main():
               f"| {train_one / rand:.2f} | {compile_chunk:.0f}, "
               f"{compile_sample:.0f}, {compile_score:.0f} | {per_level:.2e} | {per_score_step:.2e} | {share:.1%} |",
               flush=True)
+        bounds.append((n, rand, train, train_one, args.update_epochs,
+                       *update_epoch_cost(setup, runner, levels, n * opts.num_steps, opts.repeats)))
+    gemm = matmul_gflops(max(3, opts.repeats))
+    print(f"\nCan 8 epochs reach the target here? Dense float32 matmul ({jax.device_count()} device(s)): {gemm:.1f} GFLOP/s")
+    print("| num_envs | one epoch's update, GFLOP (XLA) | its seconds alone | GFLOP/s | share of the matmul rate | "
+          "best ratio at 8 epochs, update at the matmul rate |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n, rand, train, train_one, epochs, flops, seconds in bounds:
+        best = best_case_ratio(rand, train, train_one, epochs, flops / (n * opts.num_steps), gemm)
+        print(f"| {n} | {flops / 1e9:.2f} | {seconds:.3f} | {flops / seconds / 1e9:.1f} | "
+              f"{flops / seconds / 1e9 / gemm:.0%} | {best:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -428,9 +428,10 @@ def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume") -> dict:
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
     """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path."""
+    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
+    written before them stands for, so those checkpoints still resume (and still must match)."""
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
@@ -440,20 +441,24 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(isinstance(state, dict) and state.get("script") == script,
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
+    implied = implied or {}
     for key, value in signature.items():
-        check(key in state["signature"], f"{flag}: {path} does not record {key} (an older version of {script} "
-              f"wrote it); resume it with that version")
-        saved = state["signature"][key]
+        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
+              f"version of {script} wrote it); resume it with that version")
+        saved = state["signature"].get(key, implied.get(key))
         check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
               f"pass {as_flag(key, saved)}")
     return state
 
 
 def as_flag(key: str, value) -> str:
-    """The command-line spelling of key=value: --x / --no-x for booleans, --x VALUE otherwise."""
+    """The command-line spelling of key=value: --x / --no-x for booleans, --x A B for sequences ("no --x" when
+    empty), --x VALUE otherwise."""
     name = key.replace("_", "-")
     if isinstance(value, bool):
         return f"--{name}" if value else f"--no-{name}"
+    if isinstance(value, (list, tuple)):
+        return f"--{name} {' '.join(map(str, value))}" if value else f"no --{name}"
     return f"--{name} {value}"
 # <<< shared:checkpoint
 

@@ -161,6 +161,9 @@ class Args(ScalingArgs, RunArgs):
     network: str = "transformer"
     """transformer (permutation-invariant entity transformer on symbolic-entity observations, Kinetix's default) or
     mlp (symbolic-flat observations, faster on CPU)"""
+    obs_dtype: str = "float32"
+    """float32 or bfloat16: the dtype observations are kept in (the rollout stores num_envs x num_steps of them, most
+    of an update's memory at 65k+ envs); the policy acts on the same rounded values it is trained on"""
     hidden_size: int = 128
     """width of the actor and critic MLP heads (Kinetix: 128)"""
     num_hidden_layers: int = 5
@@ -478,9 +481,10 @@ def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume") -> dict:
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
     """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path."""
+    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
+    written before them stands for, so those checkpoints still resume (and still must match)."""
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
@@ -490,20 +494,24 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(isinstance(state, dict) and state.get("script") == script,
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
+    implied = implied or {}
     for key, value in signature.items():
-        check(key in state["signature"], f"{flag}: {path} does not record {key} (an older version of {script} "
-              f"wrote it); resume it with that version")
-        saved = state["signature"][key]
+        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
+              f"version of {script} wrote it); resume it with that version")
+        saved = state["signature"].get(key, implied.get(key))
         check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
               f"pass {as_flag(key, saved)}")
     return state
 
 
 def as_flag(key: str, value) -> str:
-    """The command-line spelling of key=value: --x / --no-x for booleans, --x VALUE otherwise."""
+    """The command-line spelling of key=value: --x / --no-x for booleans, --x A B for sequences ("no --x" when
+    empty), --x VALUE otherwise."""
     name = key.replace("_", "-")
     if isinstance(value, bool):
         return f"--{name}" if value else f"--no-{name}"
+    if isinstance(value, (list, tuple)):
+        return f"--{name} {' '.join(map(str, value))}" if value else f"no --{name}"
     return f"--{name} {value}"
 # <<< shared:checkpoint
 
@@ -625,9 +633,10 @@ def apply_preset(args, argv: list) -> None:
 # ---------------------------------------------------------------------------------------------------------
 ENV_SIZES = ("s", "m", "l")
 NETWORKS = ("transformer", "mlp")
+OBS_DTYPES = ("float32", "bfloat16")
 
 
-def make_env(env_size: str, network: str, episode_length: int = 256):
+def make_env(env_size: str, network: str, episode_length: int = 256, obs_dtype: str = "float32"):
     """Symbolic-entity observations for the transformer, symbolic-flat ones for the MLP; Kinetix's env settings
     (dense reward scale 0.2, frame skip 2 from its env configs; 256-step episodes)."""
     from kinetix.environment.env import make_kinetix_env
@@ -638,7 +647,7 @@ def make_env(env_size: str, network: str, episode_length: int = 256):
     env_params = EnvParams().replace(dense_reward_scale=0.2, max_timesteps=episode_length)
     obs_type = ObservationType.SYMBOLIC_ENTITY if network == "transformer" else ObservationType.SYMBOLIC_FLAT
     env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params, auto_reset=False)
-    return (EntityEnv(env) if network == "transformer" else env), env_params, static_params
+    return ObsEnv(env, network == "transformer", jnp.dtype(obs_dtype)), env_params, static_params
 
 
 class EntityObs(struct.PyTreeNode):
@@ -653,12 +662,13 @@ class EntityObs(struct.PyTreeNode):
     thruster_mask: jnp.ndarray
 
 
-class EntityEnv:
-    """Kinetix's env with its entity observation cut to EntityObs: the dropped attention mask ([4, S, S] per state)
-    and index arrays would dominate the rollout's memory at 65k-1M envs."""
+class ObsEnv:
+    """Kinetix's env with the observation the network reads: the entity one cut to EntityObs (the dropped attention
+    mask, [4, S, S] per state, and index arrays would dominate the rollout's memory at 65k-1M envs) or the flat one,
+    its float parts in --obs-dtype."""
 
-    def __init__(self, env):
-        self.env, self.physics_engine = env, env.physics_engine
+    def __init__(self, env, entity: bool, dtype):
+        self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
 
     def action_space(self, params):
         return self.env.action_space(params)
@@ -670,9 +680,23 @@ class EntityEnv:
         obs, state, reward, done, info = self.env.step_env(rng, state, action, params)
         return self.compact(obs), state, reward, done, info
 
-    @staticmethod
-    def compact(obs) -> EntityObs:
-        return EntityObs(**{f.name: getattr(obs, f.name) for f in dataclasses.fields(EntityObs)})
+    def compact(self, obs):
+        if self.entity:
+            obs = EntityObs(**{f.name: getattr(obs, f.name) for f in dataclasses.fields(EntityObs)})
+        return jax.tree.map(lambda x: store_obs(x, self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, obs)
+
+
+def store_obs(x, dtype):
+    """bfloat16 observations are kept as their bits (uint16): XLA's CPU backend converted a stored bfloat16 batch back
+    to float32 all at once (both copies alive), but does not move the decode of a gathered minibatch out of the loop."""
+    return x if dtype == jnp.float32 else jax.lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.uint16)
+
+
+def read_obs(x):
+    """What the network computes on: float32 (bfloat16 bits decoded, masks left alone)."""
+    if x.dtype == jnp.uint16:
+        return jax.lax.bitcast_convert_type(x, jnp.bfloat16).astype(jnp.float32)
+    return x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
 
 def action_layout(env, env_params):
@@ -906,6 +930,7 @@ class ActorCritic(nn.Module):
     @nn.compact
     def __call__(self, obs):
         """obs -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
+        obs = jax.tree.map(read_obs, obs)
         x = obs if self.network == "mlp" else EntityTransformer(self.embed_dim, self.num_heads, self.depth)(obs)
         d, a = self.action_mask.shape
         logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(x)
@@ -1474,6 +1499,7 @@ def validate(args, argv: list) -> dict:
     check_finite_floats(args)
     check(args.env_size in ENV_SIZES, f"--env-size {args.env_size!r} is not one of {', '.join(ENV_SIZES)}")
     check(args.network in NETWORKS, f"--network {args.network!r} is not one of {', '.join(NETWORKS)}")
+    check(args.obs_dtype in OBS_DTYPES, f"--obs-dtype {args.obs_dtype!r} is not one of {', '.join(OBS_DTYPES)}")
     check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
     check_ppo_flags(args)
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
@@ -1518,7 +1544,12 @@ def signature(args) -> dict:
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
             "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
-            **({"train_levels": list(args.train_levels)} if args.train_levels else {})}  # absent: random levels, as before
+            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype}
+
+
+# signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
+# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32"}
 
 
 def next_stop(iteration: int, args) -> int:
@@ -1538,6 +1569,7 @@ class BuildConfig(NamedTuple):
     env_size: str
     episode_length: int
     network: str
+    obs_dtype: str
     hidden_size: int
     num_hidden_layers: int
     embed_dim: int
@@ -1570,7 +1602,8 @@ class BuildConfig(NamedTuple):
 
 def build_config(args) -> BuildConfig:
     return BuildConfig(
-        env_size=args.env_size, episode_length=args.episode_length, network=args.network, hidden_size=args.hidden_size,
+        env_size=args.env_size, episode_length=args.episode_length, network=args.network, obs_dtype=args.obs_dtype,
+        hidden_size=args.hidden_size,
         num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, num_heads=args.num_heads,
         transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
         num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
@@ -1597,7 +1630,7 @@ class Programs(NamedTuple):
 @functools.lru_cache(maxsize=2)
 def build(cfg: BuildConfig, buffer_size: int):
     """Envs, network, optimizer and the jitted programs."""
-    env, env_params, static_params = make_env(cfg.env_size, cfg.network, cfg.episode_length)
+    env, env_params, static_params = make_env(cfg.env_size, cfg.network, cfg.episode_length, cfg.obs_dtype)
     _, mask = action_layout(env, env_params)
     network = ActorCritic(action_mask=mask, network=cfg.network, hidden_size=cfg.hidden_size,
                           num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads,
@@ -1749,16 +1782,7 @@ def main():
     args = tyro.cli(Args)
     try:
         scaling = validate(args, sys.argv[1:])
-        if args.resume:  # train_levels is in a signature only when given: checked here, both ways
-            wanted = signature(args)
-            wanted_levels = wanted.pop("train_levels", None)
-            ckpt = load_checkpoint(args.resume, SCRIPT, wanted)
-            saved_levels = ckpt["signature"].get("train_levels")
-            check(saved_levels == wanted_levels, f"--resume: the checkpoint trained on "
-                  f"{' '.join(saved_levels) if saved_levels else 'random levels'}; pass "
-                  + (f"--train-levels {' '.join(saved_levels)}" if saved_levels else "no --train-levels"))
-        else:
-            ckpt = None
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args), implied=SIGNATURE_IMPLIED) if args.resume else None
         check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")

@@ -470,6 +470,21 @@ def test_checkpoint_messages_name_the_flag_that_gave_the_path(tmp_path):
         m.load_checkpoint(str(tmp_path / "b.ckpt"), m.SCRIPT, {"cleanrl_compat": False, "separate_encoders": False})
 
 
+def test_keys_added_later_take_the_value_an_older_checkpoint_implies(tmp_path):
+    """A signature key newer than a checkpoint is compared with the value the checkpoint stands for (`implied`)."""
+    (tmp_path / "old.ckpt").write_bytes(pickle.dumps({"script": m.SCRIPT, "signature": {"num_envs": 8}}))
+    implied = {"levels": []}
+    state = m.load_checkpoint(str(tmp_path / "old.ckpt"), m.SCRIPT, {"num_envs": 8, "levels": []}, implied=implied)
+    assert state["signature"] == {"num_envs": 8}
+    with pytest.raises(m.UsageError, match="the checkpoint has levels=\\[\\] but this run has \\['a', 'b'\\]; pass no --levels$"):
+        m.load_checkpoint(str(tmp_path / "old.ckpt"), m.SCRIPT, {"num_envs": 8, "levels": ["a", "b"]}, implied=implied)
+    (tmp_path / "new.ckpt").write_bytes(pickle.dumps({"script": m.SCRIPT, "signature": {"levels": ["a", "b"]}}))
+    with pytest.raises(m.UsageError, match="pass --levels a b$"):  # a recorded value wins over the implied one
+        m.load_checkpoint(str(tmp_path / "new.ckpt"), m.SCRIPT, {"levels": []}, implied=implied)
+    assert m.as_flag("train_levels", ("s/h0", "s/h1")) == "--train-levels s/h0 s/h1"
+    assert m.as_flag("gamma", 0.99) == "--gamma 0.99" and m.as_flag("norm_adv", False) == "--no-norm-adv"
+
+
 def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
     """Issue 16.2: the first progress line came before any episode ended and printed 'return nan'."""
     logger = m.RunLogger(str(tmp_path / "lines"), {}, m.Args(progress="lines"), total_steps=100)

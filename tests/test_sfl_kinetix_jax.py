@@ -7,6 +7,7 @@ loaded 2-core machine, so every end-to-end run (which needs it for fresh levels,
 evaluation set) is marked slow; the default run keeps the math, the presets and the bad-input checks (seconds).
 As in test_ppo_ewma_jax2d.py: a persistent compilation cache in the gitignored .jax_cache/, XLA's backend
 optimisation at -O0, and in-process runs sharing the traced programs (lru_cache'd build)."""
+import functools
 import glob
 import json
 import math
@@ -277,6 +278,24 @@ def test_a_minibatch_gathers_only_its_own_env_group():
     assert groups == 4 and compiled.memory_analysis().temp_size_in_bytes < minibatch_bytes
 
 
+def epoch_of_sums(stored, order, groups, num_minibatches):
+    """A stand-in for an epoch: every minibatch gathered from the stored batch and read as the network reads it."""
+    def step(total, index):
+        return total + m.read_obs(m.take_minibatch(stored, order, index, groups)).sum(), None
+    return jax.lax.scan(step, jnp.zeros(()), jnp.arange(num_minibatches))[0]
+
+
+def test_stored_bfloat16_batch_is_never_decoded_whole():
+    """XLA's CPU backend turned a stored bfloat16 batch into float32 in one piece before the minibatch loop (the
+    65,536-env 'm' estimate rose from 29.1 to 35.1 GiB); kept as bits, only each gathered minibatch is decoded."""
+    T, N, F, M = 16, 1024, 256, 8
+    groups = m.minibatch_layout(T, M)[1]
+    order = m.epoch_order(jax.random.PRNGKey(0), T, N, M)[0]
+    stored = jax.ShapeDtypeStruct((T, N, F), jnp.uint16)
+    compiled = jax.jit(functools.partial(epoch_of_sums, groups=groups, num_minibatches=M)).lower(stored, order).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < T * N * F * 2  # less than the stored batch itself
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Presets: B26 Table 3 (N, T, K, L, rho), Table 2 (PPO) and App. D (1M: hybrid recipe)
 # ---------------------------------------------------------------------------------------------------------
@@ -347,6 +366,39 @@ def test_entity_transformer_ignores_entity_order_and_absent_entities():
     assert not np.allclose(net.apply(params, changed)[0][0], logits[0])
 
 
+def test_bfloat16_observations_are_what_the_policy_acts_on_and_trains_on():
+    """--obs-dtype bfloat16 keeps every float part of an observation as bfloat16 bits (half of what the rollout stores)
+    and masks as they are; the network reads them as float32, so acting and training see the same rounded values."""
+    for network in m.NETWORKS:
+        env32, env_params, static_params = m.make_env("s", network)
+        env16 = m.make_env("s", network, obs_dtype="bfloat16")[0]
+        levels = jax.tree.map(lambda x: x[:3], m.load_handmade_levels("s", static_params))
+        obs32, obs16 = jax.vmap(env32.get_obs)(levels), jax.vmap(env16.get_obs)(levels)
+        rounded_somewhere = False
+        for a, b in zip(jax.tree.leaves(obs32), jax.tree.leaves(obs16)):
+            if a.dtype == jnp.bool_:
+                assert b.dtype == jnp.bool_ and np.array_equal(a, b)
+            else:
+                assert a.dtype == jnp.float32 and b.dtype == jnp.uint16
+                decoded = m.read_obs(b)
+                assert decoded.dtype == jnp.float32
+                assert np.array_equal(decoded, a.astype(jnp.bfloat16).astype(jnp.float32))
+                rounded_somewhere |= bool((decoded != a).any())
+        assert rounded_somewhere  # the values really are rounded, not only relabelled
+        size = lambda tree: sum(x.nbytes for x in jax.tree.leaves(tree))
+        floats = sum(x.nbytes for x in jax.tree.leaves(obs32) if x.dtype == jnp.float32)
+        assert size(obs16) == size(obs32) - floats // 2
+        stepped = jax.eval_shape(jax.vmap(env16.step_env, (None, 0, 0, None)), None, levels,
+                                 jnp.zeros((3,) + env16.action_space(env_params).shape, jnp.int32), env_params)[0]
+        assert jax.tree.map(lambda x: x.dtype, stepped) == jax.tree.map(lambda x: x.dtype, obs16)  # after a step too
+        net = m.ActorCritic(action_mask=m.action_layout(env32, env_params)[1], network=network, hidden_size=8,
+                            num_layers=2, embed_dim=16, num_heads=4, depth=1)
+        params = net.init(jax.random.PRNGKey(0), obs32)
+        as_float32 = jax.tree.map(m.read_obs, obs16)
+        for got, want in zip(net.apply(params, obs16)[:2], net.apply(params, as_float32)[:2]):
+            assert got.dtype == jnp.float32 and np.array_equal(got, want)
+
+
 def test_handmade_levels_are_the_packaged_eval_sets():
     """Kinetix's eval configs list exactly the files shipped in levels/{s,m,l} (10, 24, 40 levels)."""
     counts = {size: len(m.handmade_level_names(size)) for size in m.ENV_SIZES}
@@ -376,6 +428,7 @@ def run_main(argv):
 @pytest.mark.parametrize("argv, flag", [
     (["--env-size", "xl"], "--env-size"),
     (["--network", "cnn"], "--network"),
+    (["--obs-dtype", "float16"], "--obs-dtype"),
     (["--preset", "4096"], "--preset"),
     (["--sfl-buffer-size", "20000"], "--sfl-buffer-size"),
     (["--sfl-sample-ratio", "1.5"], "--sfl-sample-ratio"),
@@ -415,15 +468,18 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
     listed = ["--no-sfl", "--train-levels", "s/h4_thrust_aim"]
     listed_sig = m.signature(m.Args(no_sfl=True, train_levels=("s/h4_thrust_aim",)))
     random_sig = m.signature(m.Args(no_sfl=True))
-    assert "train_levels" not in random_sig  # older checkpoints (random levels) still resume
+    older_sig = {k: v for k, v in random_sig.items() if k not in m.SIGNATURE_IMPLIED}  # before --train-levels, --obs-dtype
     for saved, argv, hint in [(listed_sig, ["--no-sfl"], "--train-levels s/h4_thrust_aim"),
                               (random_sig, listed, "no --train-levels"),
+                              (older_sig, listed, "no --train-levels"),
                               ({**listed_sig, "train_levels": ["s/h0_weak_thrust"]}, listed, "s/h0_weak_thrust")]:
         ckpt = tmp_path / "listed.ckpt"
         ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": saved}))
         assert run_main(argv + ["--resume", str(ckpt)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and hint in err[0] and "--resume" in err[0], err
+    ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": older_sig}))
+    assert m.load_checkpoint(str(ckpt), m.SCRIPT, random_sig, implied=m.SIGNATURE_IMPLIED)["iteration"] == 1
 
 
 def test_bad_input_exit_2_in_a_fresh_process():

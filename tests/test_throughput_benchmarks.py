@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,6 +142,52 @@ def test_sfl_filtering_share_by_hand():
     args = sfl.configure(256, 32, "s")  # the 2048 preset's SFL values at a benchmark-sized batch
     assert (args.sfl_num_levels, args.sfl_rollout_length, args.sfl_update_period, args.network) == (12288, 512, 128, "mlp")
     assert args.update_epochs == 8 and sfl.configure(256, 32, "s", update_epochs=1).update_epochs == 1
+
+
+def test_sfl_best_case_ratio_by_hand():
+    """Random 1000 SPS (1 ms a step); training 8 epochs 250 SPS (4 ms), 1 epoch 800 SPS (1.25 ms): U = 2.75/7 ms,
+    R = 1.25 - U. With the update at 1 GFLOP per step and 4000 GFLOP/s, an epoch costs 0.25 ms a step."""
+    sfl = load("sfl_kinetix_throughput")
+    u = (4e-3 - 1.25e-3) / 7
+    assert math.isclose(sfl.best_case_ratio(1000, 250, 800, 8, 1e9, 4000), 1e-3 / (1.25e-3 - u + 8 * 0.25e-3))
+    # an update already at the matmul rate gives back the measured ratio
+    assert math.isclose(sfl.best_case_ratio(1000, 250, 800, 8, u * 4000e9, 4000), 250 / 1000)
+
+
+def test_xla_counts_a_matmul_as_2mnk_flops():
+    """The bound above rests on XLA's FLOP count: a [64, 32] x [32, 16] product is 2 * 64 * 32 * 16 FLOPs."""
+    sfl = load("sfl_kinetix_throughput")
+    import jax
+    import jax.numpy as jnp
+    compiled = jax.jit(lambda a, b: a @ b).lower(jnp.ones((64, 32)), jnp.ones((32, 16))).compile()
+    assert sfl.xla_flops(compiled) == 2 * 64 * 32 * 16
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sfl_kinetix_paired_eval.py (the powered before/after evaluation of an SFL learning run)
+# ---------------------------------------------------------------------------------------------------------
+def test_sfl_paired_summary_by_hand():
+    """Four levels: initial 0, 0.25, 1, 0; final 0, 0.75, 1, 0.5. Differences 0, 0.5, 0, 0.5: mean 0.25, sample sd
+    sqrt(1/12), interval 1.96 sd / 2; one level never solved by either, one always."""
+    pe = load("sfl_kinetix_paired_eval")
+    s = pe.paired_summary(np.array([0, 0.25, 1, 0]), np.array([0, 0.75, 1, 0.5]))
+    assert math.isclose(s["initial"], 1.25 / 4) and math.isclose(s["final"], 2.25 / 4)
+    assert math.isclose(s["diff"], 0.25) and math.isclose(s["ci95"], 1.96 * math.sqrt(1 / 12) / 2)
+    assert s["never"] == 0.25 and s["always"] == 0.25
+
+
+def test_sfl_paired_eval_rebuilds_the_run_without_its_resume_and_refuses_bad_options(tmp_path, capsys):
+    pe = load("sfl_kinetix_paired_eval")
+    run = tmp_path / "Kinetix-s__sfl__1__1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"argv": ["--env-size", "s", "--resume", "x/latest.ckpt", "--seed", "1"]}))
+    assert pe.run_argv(str(run)) == ["--env-size", "s", "--seed", "1"]
+    opts = dict(run_dirs=[str(run)], levels=1000, attempts=4)
+    assert "latest.ckpt" in refused(pe.check_options, argparse.Namespace(**opts), capsys)  # no checkpoint yet
+    (run / "checkpoints" / "latest.ckpt").write_bytes(b"")
+    pe.check_options(argparse.Namespace(**opts))
+    assert "--levels" in refused(pe.check_options, argparse.Namespace(**{**opts, "levels": 1}), capsys)
+    assert "--levels" in refused(pe.check_options, argparse.Namespace(**{**opts, "attempts": 0}), capsys)
 
 
 # ---------------------------------------------------------------------------------------------------------
