@@ -61,10 +61,7 @@ def evaluate(run_dir: str, num_levels: int, attempts: int, level_seed: int):
     import tyro
     argv = run_argv(run_dir)
     args = tyro.cli(m.Args, args=argv)
-    scaling = m.validate(args, argv)
-    args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
+    m.apply_scaling(args, m.validate(args, argv))
     ckpt = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, m.signature(args),
                              flag=run_dir, implied=m.SIGNATURE_IMPLIED)
     setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)

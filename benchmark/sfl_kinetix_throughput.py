@@ -41,9 +41,7 @@ def configure(num_envs, num_steps, env_size, update_epochs=8):
             "--total-timesteps", str(num_envs * num_steps), "--num-minibatches", "1",
             "--update-epochs", str(update_epochs)]
     args = tyro.cli(m.Args, args=argv)  # parsed as the script parses it: one list of flags, not two
-    scaling = m.validate(args, argv)
-    args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
-    args.learning_rate, args.num_iterations = scaling["learning_rate"], 1
+    m.apply_scaling(args, m.validate(args, argv))  # one iteration: total = one batch
     args.level_batch = min(args.level_batch, num_envs)
     return args
 

@@ -1552,6 +1552,15 @@ def signature(args) -> dict:
 SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32"}
 
 
+def apply_scaling(args, scaling: dict) -> None:
+    """Write the resolved batch, minibatches and learning rate into args (what build_config and the loop read)."""
+    args.batch_size = scaling["batch_size"]
+    args.minibatch_size_resolved = scaling["minibatch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+
 def next_stop(iteration: int, args) -> int:
     """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end)."""
     stops = [args.num_iterations, iteration + args.updates_per_chunk]
@@ -1790,11 +1799,7 @@ def main():
             check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
-    args.batch_size = scaling["batch_size"]
-    args.minibatch_size_resolved = scaling["minibatch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
+    apply_scaling(args, scaling)
     from_buffer, from_fresh = sfl_counts(args)
     lead = jax.process_index() == 0  # the process that writes the run directory
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
