@@ -131,6 +131,13 @@ class Args(ScalingArgs, RunArgs):
     """greedy evaluation envs stepped beside the training envs, logged as charts/eval_return (0 = off)"""
     eval_epsilon: float = 0.0
     """epsilon of the evaluation policy (0 = greedy)"""
+    epsilon_per_update: bool = False
+    """hold epsilon for a whole rollout at its value after the updates so far (purejaxql) instead of moving it per step"""
+    network: Literal["cleanrl", "purejaxql"] = "cleanrl"
+    """CleanRL's network (LayerNorm over C x H x W, eps 1e-5, orthogonal init) or purejaxql's (LayerNorm over the
+    channels at each position, eps 1e-6, he_normal / lecun_normal init); see docs/pqn_atari.md"""
+    td_loss_coef: float = 1.0
+    """the loss is td_loss_coef x the mean squared TD error (CleanRL 1, purejaxql 0.5)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -156,6 +163,15 @@ class PurejaxqlArgs(Args):
     """Toggle learning rate annealing for the Q-network"""
     end_e: float = 0.001
     """the ending epsilon for exploration"""
+    total_timesteps: int = 50_000_000
+    """total timesteps of the experiments"""
+    epsilon_per_update: bool = True
+    """hold epsilon for a whole rollout at its value after the updates so far (purejaxql) instead of moving it per step"""
+    network: Literal["cleanrl", "purejaxql"] = "purejaxql"
+    """CleanRL's network (LayerNorm over C x H x W, eps 1e-5, orthogonal init) or purejaxql's (LayerNorm over the
+    channels at each position, eps 1e-6, he_normal / lecun_normal init); see docs/pqn_atari.md"""
+    td_loss_coef: float = 0.5
+    """the loss is td_loss_coef x the mean squared TD error (CleanRL 1, purejaxql 0.5)"""
 
 
 PRESETS = {"cleanrl": Args, "purejaxql": PurejaxqlArgs}
@@ -556,9 +572,47 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
-def nature_cnn_layernorm() -> nn.Sequential:
+def variance_scaling_init(layer, scale: float):
+    """flax's variance_scaling(scale, "fan_in", "truncated_normal"): a normal cut at +-2 sigma, rescaled so
+    that the weights' std is sqrt(scale / fan_in); zero bias (flax's default)."""
+    fan_in = layer.weight[0].numel()
+    std = math.sqrt(scale / fan_in) / 0.87962566103423978  # the std of a standard normal cut at +-2
+    torch.nn.init.trunc_normal_(layer.weight, 0.0, std, -2.0 * std, 2.0 * std)
+    torch.nn.init.zeros_(layer.bias)
+    return layer
+
+
+def he_normal(layer):
+    return variance_scaling_init(layer, 2.0)
+
+
+def lecun_normal(layer):
+    return variance_scaling_init(layer, 1.0)
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """flax's default LayerNorm on an NHWC map, applied to NCHW: each position's C channels are normalised
+    (eps 1e-6) with a per-channel scale and bias."""
+
+    def __init__(self, channels: int):
+        super().__init__(channels, eps=1e-6)
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def nature_cnn_layernorm(network: str = "cleanrl") -> nn.Sequential:
     """The Nature CNN with LayerNorm before every ReLU (Gallici et al. 2024 §4: what makes PQN stable
-    without a target network; M25 Table 1 'Normalization: LayerNorm')."""
+    without a target network; M25 Table 1 'Normalization: LayerNorm'). "cleanrl": CleanRL's LayerNorm over
+    (C, H, W) and orthogonal init; "purejaxql": purejaxql's flax LayerNorm over channels and he_normal init."""
+    if network == "purejaxql":
+        return nn.Sequential(
+            he_normal(nn.Conv2d(4, 32, 8, stride=4)), ChannelLayerNorm(32), nn.ReLU(),
+            he_normal(nn.Conv2d(32, 64, 4, stride=2)), ChannelLayerNorm(64), nn.ReLU(),
+            he_normal(nn.Conv2d(64, 64, 3, stride=1)), ChannelLayerNorm(64), nn.ReLU(),
+            nn.Flatten(),  # (C, H, W) order where flax flattens (H, W, C): a fixed permutation of iid weights
+            he_normal(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512, eps=1e-6), nn.ReLU(),
+        )
     return nn.Sequential(
         layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.LayerNorm([32, 20, 20]), nn.ReLU(),
         layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, 9, 9]), nn.ReLU(),
@@ -569,22 +623,26 @@ def nature_cnn_layernorm() -> nn.Sequential:
 
 
 class QNetwork(nn.Module):
-    def __init__(self, num_actions: int, channels_last: bool = False):
+    def __init__(self, num_actions: int, channels_last: bool = False, network: str = "cleanrl"):
         super().__init__()
         self.channels_last = channels_last
-        self.network = nature_cnn_layernorm()
-        self.q_head = layer_init(nn.Linear(512, num_actions))
+        self.network = nature_cnn_layernorm(network)
+        # purejaxql's Q head is a flax Dense with its default lecun_normal init
+        self.q_head = (lecun_normal if network == "purejaxql" else layer_init)(nn.Linear(512, num_actions))
+
+    def scaled_input(self, obs):
+        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        return obs.float().mul_(1.0 / 255.0)
 
     def forward(self, obs):
         """uint8 frames [B, 4, 84, 84] -> Q-values [B, A]."""
-        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
-            obs = obs.contiguous(memory_format=torch.channels_last)
-        x = obs.float().mul_(1.0 / 255.0)
-        return self.q_head(self.network(x))
+        return self.q_head(self.network(self.scaled_input(obs)))
 
     def trunk_activations(self, obs) -> list:
-        """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics)."""
-        x = obs.float() / 255.0
+        """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics), from
+        the input forward() sees."""
+        x = self.scaled_input(obs)
         outputs = []
         for layer in self.network:
             x = layer(x)
@@ -594,10 +652,21 @@ class QNetwork(nn.Module):
 
 
 def epsilon_at(step: int, args) -> float:
-    """Linear decay from --start-e to --end-e over --exploration-steps (or the fraction of the run), then flat."""
-    duration = args.exploration_steps or args.exploration_fraction * args.total_timesteps
+    """Linear decay from --start-e to --end-e over --exploration-steps (or the fraction of the run), then flat.
+    With --epsilon-per-update the fraction is of the run's whole updates, as purejaxql's NUM_UPDATES_DECAY."""
+    batch = args.num_envs * args.num_steps
+    whole_run = (args.total_timesteps // batch) * batch if args.epsilon_per_update else args.total_timesteps
+    duration = args.exploration_steps or args.exploration_fraction * whole_run
     frac = min(step / duration, 1.0)
     return args.start_e + frac * (args.end_e - args.start_e)
+
+
+def rollout_epsilon(steps_before: int, step: int, args) -> float:
+    """epsilon at rollout step `step` (0-based): per step as CleanRL (counting this step), or, with
+    --epsilon-per-update, purejaxql's eps_scheduler(n_updates), constant over the rollout."""
+    if args.epsilon_per_update:
+        return epsilon_at(steps_before, args)
+    return epsilon_at(steps_before + (step + 1) * args.num_envs, args)
 
 
 def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator=None) -> torch.Tensor:
@@ -684,7 +753,7 @@ def collect_rollout(envs, q_network, storage, state, stats, args, device, autoca
             obs = next_obs if evaluator is None else torch.cat([next_obs, evaluator.obs])  # one forward for both
             q_values = q_network(obs).float()
             train_q = q_values[:num_envs]
-            epsilon = epsilon_at(global_step + (step + 1) * args.num_envs, args)  # CleanRL counts this step
+            epsilon = rollout_epsilon(global_step, step, args)
             action = epsilon_greedy(train_q, epsilon)
             storage.max_q[step] = train_q.max(dim=-1).values
             storage.actions[step] = action
@@ -719,12 +788,13 @@ def compute_q_lambda_targets(rewards, max_q, dones, terminations, next_max_q, ne
     return targets
 
 
-def td_loss(q_network, obs, actions, targets, valid, count):
-    """Mean squared error between Q(s_t, a_t) and the Q(lambda) target, summed over the valid samples given
-    and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean (a
-    step whose action envpool ignored, right after a done, carries no learning signal)."""
+def td_loss(q_network, obs, actions, targets, valid, count, coef: float = 1.0):
+    """coef x the squared error between Q(s_t, a_t) and the Q(lambda) target, summed over the valid samples
+    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean (a
+    step whose action envpool ignored, right after a done, carries no learning signal). coef: CleanRL 1,
+    purejaxql 0.5 (--td-loss-coef)."""
     q_taken = q_network(obs).float().gather(-1, actions[:, None]).squeeze(-1)
-    loss = ((q_taken - targets) ** 2 * valid).sum() / count
+    loss = coef * ((q_taken - targets) ** 2 * valid).sum() / count
     stats = torch.stack([loss.detach(), (q_taken.detach() * valid).sum() / count])
     return loss, stats
 
@@ -763,7 +833,8 @@ def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss) -
         j = idx[c:c + chunk]
         obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
         with autocast():
-            loss, chunk_stats = loss_fn(q_network, obs, b_actions[j], b_targets[j], valid[c:c + chunk], count)
+            loss, chunk_stats = loss_fn(q_network, obs, b_actions[j], b_targets[j], valid[c:c + chunk], count,
+                                        args.td_loss_coef)
         loss.backward()
         stats = stats + chunk_stats
     return stats
@@ -843,7 +914,7 @@ class DiagnosticProbe:
         """Penultimate features [S, 512] and, per hidden layer, mean |h| of every unit per state [S, units]
         (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
         magnitudes, features = [], []
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():  # what the policy sees: under --bf16 its autocast activations
             for obs in self.obs.split(self.chunk):
                 hidden = q_network.trunk_activations(obs)
                 magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
@@ -886,9 +957,9 @@ def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 # Evaluation of a saved model (game score: no episodic life, no reward clipping)
 # ---------------------------------------------------------------------------------------------------------
-def evaluate(model_path, env_id, eval_episodes, epsilon, device, seed):
+def evaluate(model_path, env_id, eval_episodes, epsilon, device, seed, network="cleanrl"):
     envs = make_envs(env_id, eval_episodes, seed, train=False)
-    q_network = QNetwork(envs.action_space.n).to(device)
+    q_network = QNetwork(envs.action_space.n, network=network).to(device)
     q_network.load_state_dict(torch.load(model_path, map_location=device))
     generator = torch.Generator(device=device).manual_seed(seed)
     obs, _ = envs.reset()
@@ -946,6 +1017,7 @@ def validate(args) -> dict:
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
+    check(args.td_loss_coef > 0, f"--td-loss-coef must be > 0 (got {args.td_loss_coef})")
     check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
     check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -961,7 +1033,7 @@ def validate(args) -> dict:
 
 def signature(args) -> dict:
     """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
-    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_steps": args.num_steps}
+    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_steps": args.num_steps, "network": args.network}
 
 
 def make_optimizer(q_network, args):
@@ -974,7 +1046,7 @@ def main():
     args = parse_args()
     try:
         scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args), implied={"network": "cleanrl"}) if args.resume else None
         check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
@@ -1013,7 +1085,7 @@ def main():
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
 
     # Q-network and optimizer
-    q_network = QNetwork(envs.action_space.n, args.channels_last).to(device)
+    q_network = QNetwork(envs.action_space.n, args.channels_last, args.network).to(device)
     if args.channels_last:
         q_network = q_network.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(q_network, args)
@@ -1127,7 +1199,7 @@ def main():
             scalars = {
                 "charts/learning_rate": optimizer.param_groups[0]["lr"],
                 "charts/SPS": sps,
-                "charts/epsilon": epsilon_at(global_step, args),
+                "charts/epsilon": rollout_epsilon(global_step - args.batch_size, args.num_steps - 1, args),
                 "losses/td_loss": loss_stats[0], "losses/q_values": loss_stats[1],
             }
             if probe is not None:
@@ -1157,7 +1229,8 @@ def main():
         if args.save_model and status == "finished":
             model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
             torch.save({k: v.cpu() for k, v in q_network.state_dict().items()}, model_path)
-            episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.eval_epsilon, device, args.seed + 10_000)
+            episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.eval_epsilon, device,
+                                        args.seed + 10_000, args.network)
             for i, ep_return in enumerate(episodic_returns):
                 logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
             summary["eval_mean_return"] = float(np.mean(episodic_returns))

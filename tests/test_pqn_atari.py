@@ -224,6 +224,150 @@ def test_presets_change_the_defaults_and_explicit_flags_win():
     assert (scaling["minibatch_size"], scaling["num_minibatches"], scaling["base_num_envs"]) == (128, 128, 128)
 
 
+# purejaxql's Atari setting, written from mttga/purejaxql at commit 47af6d7 (file: line):
+# purejaxql/config/alg/pqn_atari.yaml and purejaxql/pqn_atari.py
+PUREJAXQL = {
+    "TOTAL_TIMESTEPS": 5e7,           # pqn_atari.yaml:2
+    "TOTAL_TIMESTEPS_DECAY": 5e7,     # pqn_atari.yaml:3 (epsilon's and lr's decay horizon)
+    "NUM_ENVS": 128,                  # pqn_atari.yaml:4
+    "NUM_STEPS": 32,                  # pqn_atari.yaml:5
+    "EPS_START": 1.0,                 # pqn_atari.yaml:6
+    "EPS_FINISH": 0.001,              # pqn_atari.yaml:7
+    "EPS_DECAY": 0.1,                 # pqn_atari.yaml:8 (a fraction of NUM_UPDATES_DECAY, pqn_atari.py:168-172)
+    "NUM_EPOCHS": 2,                  # pqn_atari.yaml:9
+    "NUM_MINIBATCHES": 32,            # pqn_atari.yaml:10
+    "NORM_TYPE": "layer_norm",        # pqn_atari.yaml:11
+    "LR": 0.00025,                    # pqn_atari.yaml:12
+    "MAX_GRAD_NORM": 10,              # pqn_atari.yaml:13 (optax.clip_by_global_norm, pqn_atari.py:195)
+    "LR_LINEAR_DECAY": False,         # pqn_atari.yaml:14
+    "GAMMA": 0.99,                    # pqn_atari.yaml:15
+    "LAMBDA": 0.65,                   # pqn_atari.yaml:16
+    "episodic_life": True,            # pqn_atari.yaml:21
+    "reward_clip": True,              # pqn_atari.yaml:22
+    "repeat_action_probability": 0.0,  # pqn_atari.yaml:23
+    "frame_skip": 4,                  # pqn_atari.yaml:24
+    "noop_max": 30,                   # pqn_atari.yaml:25
+    "TEST_ENVS": 8,                   # pqn_atari.yaml:29
+    "EPS_TEST": 0.0,                  # pqn_atari.yaml:30
+    "optimizer": "radam",             # pqn_atari.py:196 (optax.radam: eps 1e-8)
+    "loss_coef": 0.5,                 # pqn_atari.py:331, loss = 0.5 * square(q - target).mean()
+}
+
+
+def test_purejaxql_preset_is_purejaxqls_config_value_by_value():
+    args = m.parse_args(["--preset", "purejaxql"])
+    p = PUREJAXQL
+    assert args.total_timesteps == p["TOTAL_TIMESTEPS"] == p["TOTAL_TIMESTEPS_DECAY"]
+    assert (args.num_envs, args.num_steps) == (p["NUM_ENVS"], p["NUM_STEPS"])
+    assert (args.start_e, args.end_e, args.exploration_fraction) == (p["EPS_START"], p["EPS_FINISH"], p["EPS_DECAY"])
+    assert args.exploration_steps == 0 and args.epsilon_per_update
+    assert (args.update_epochs, args.num_minibatches) == (p["NUM_EPOCHS"], p["NUM_MINIBATCHES"])
+    assert (args.learning_rate, args.max_grad_norm, args.anneal_lr) == (p["LR"], p["MAX_GRAD_NORM"], p["LR_LINEAR_DECAY"])
+    assert (args.gamma, args.q_lambda) == (p["GAMMA"], p["LAMBDA"])
+    assert (args.eval_envs, args.eval_epsilon) == (p["TEST_ENVS"], p["EPS_TEST"])
+    assert (args.optimizer, args.adam_eps, args.td_loss_coef) == (p["optimizer"], 1e-8, p["loss_coef"])
+    assert args.network == "purejaxql" and p["NORM_TYPE"] == "layer_norm"
+    # NUM_UPDATES = TOTAL_TIMESTEPS // NUM_STEPS // NUM_ENVS (pqn_atari.py:111-113): 12,207 updates
+    scaling = m.resolve_scaling(args)
+    assert args.total_timesteps // scaling["batch_size"] == int(p["TOTAL_TIMESTEPS"] // p["NUM_STEPS"] // p["NUM_ENVS"]) == 12207
+    assert scaling["minibatch_size"] == 128 and scaling["learning_rate"] == p["LR"]
+    # the training envs: envpool with purejaxql's ENV_KWARGS (ours sets two; the others are envpool's defaults)
+    config = m.make_envs("Pong-v5", 1, seed=0).spec.config
+    for key in ("episodic_life", "reward_clip", "repeat_action_probability", "frame_skip", "noop_max"):
+        assert getattr(config, key) == p[key], key
+
+
+def test_purejaxql_epsilon_is_optax_linear_schedule_over_updates():
+    """eps_scheduler(n_updates) = linear_schedule(1, 0.001, 0.1 x NUM_UPDATES_DECAY) (pqn_atari.py:168-172, 230):
+    constant within a rollout, 1220.7 updates to reach 0.001."""
+    args = m.parse_args(["--preset", "purejaxql"])
+    decay_updates = PUREJAXQL["EPS_DECAY"] * (PUREJAXQL["TOTAL_TIMESTEPS_DECAY"] // 32 // 128)
+    for n in (0, 1, 610, 1220, 1221, 5000):
+        expected = 1.0 + (0.001 - 1.0) * min(n / decay_updates, 1.0)
+        for step in (0, 31):  # the first and the last step of the rollout after n updates
+            assert m.rollout_epsilon(n * 4096, step, args) == pytest.approx(expected, rel=1e-12), (n, step)
+    cleanrl = m.Args(total_timesteps=1000, num_envs=2, num_steps=5)  # per step, counting the current one
+    assert [m.rollout_epsilon(40, s, cleanrl) for s in (0, 4)] == pytest.approx([m.epsilon_at(42, cleanrl), m.epsilon_at(50, cleanrl)])
+
+
+def test_purejaxql_layernorm_is_flax_default_by_hand():
+    """flax nn.LayerNorm() on NHWC (pqn_atari.py:34, 80): each position's channels, eps 1e-6, per-channel affine."""
+    torch.manual_seed(0)
+    net = m.QNetwork(6, network="purejaxql")
+    norms = [layer for layer in net.network if isinstance(layer, torch.nn.LayerNorm)]
+    assert [tuple(n.normalized_shape) for n in norms] == [(32,), (64,), (64,), (512,)]
+    assert all(n.eps == 1e-6 for n in norms)
+    ln = norms[0]
+    with torch.no_grad():
+        ln.weight.copy_(torch.randn(32))
+        ln.bias.copy_(torch.randn(32))
+    x = 1e-3 * torch.randn(2, 32, 5, 3)  # variance ~1e-6, where eps 1e-6 against 1e-5 shows
+    mean = x.mean(dim=1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=1, keepdim=True)
+    expected = (x - mean) / torch.sqrt(var + 1e-6) * ln.weight[None, :, None, None] + ln.bias[None, :, None, None]
+    assert torch.allclose(ln(x), expected, atol=1e-5, rtol=1e-5)
+    wrong_eps = (x - mean) / torch.sqrt(var + 1e-5) * ln.weight[None, :, None, None] + ln.bias[None, :, None, None]
+    assert not torch.allclose(ln(x), wrong_eps, atol=1e-3)
+    # the cleanrl network keeps CleanRL's LayerNorm over the whole (C, H, W) map with torch's eps 1e-5
+    cleanrl = [l for l in m.QNetwork(6).network if isinstance(l, torch.nn.LayerNorm)]
+    assert [tuple(n.normalized_shape) for n in cleanrl] == [(32, 20, 20), (64, 9, 9), (64, 7, 7), (512,)]
+    assert all(n.eps == 1e-5 for n in cleanrl)
+
+
+def test_purejaxql_init_he_normal_trunk_and_lecun_normal_head():
+    """he_normal for the convs and the 512 layer (pqn_atari.py:44, 53, 62, 67), flax Dense's default lecun_normal
+    for the Q head (:88): truncated normals with std sqrt(2 / fan_in) and sqrt(1 / fan_in), zero biases."""
+    torch.manual_seed(0)
+    net = m.QNetwork(18, network="purejaxql")
+    layers = [l for l in net.network if isinstance(l, (torch.nn.Conv2d, torch.nn.Linear))] + [net.q_head]
+    fan_ins = [4 * 8 * 8, 32 * 4 * 4, 64 * 3 * 3, 3136, 512]
+    scales = [2.0, 2.0, 2.0, 2.0, 1.0]
+    for layer, fan_in, scale in zip(layers, fan_ins, scales):
+        w = layer.weight.detach().double()
+        std = math.sqrt(scale / fan_in)
+        assert w.std().item() == pytest.approx(std, rel=0.03), (layer, w.std().item(), std)
+        assert w.abs().max().item() <= 2 * std / 0.87962566103423978 + 1e-7  # cut at 2 sigma of the untruncated normal
+        assert w.abs().max().item() > 1.8 * std / 0.87962566103423978  # ...and the cut is reached, no narrower
+        assert torch.count_nonzero(layer.bias) == 0
+    # CleanRL's head (orthogonal, gain sqrt 2) has twice lecun's variance: the check above tells the two apart
+    assert m.QNetwork(18).q_head.weight.std().item() == pytest.approx(math.sqrt(2 / 512), rel=0.03)
+
+
+def test_td_loss_coef_halves_the_gradient():
+    """purejaxql's loss is 0.5 x the mean squared TD error (pqn_atari.py:331): half CleanRL's gradient."""
+    torch.manual_seed(0)
+    net = m.QNetwork(4, network="purejaxql")
+    batch = tiny_batch(12)
+    idx = torch.arange(12)
+    full, full_stats = gradient(net, batch, idx, m.Args(update_chunk_size=0))
+    half, half_stats = gradient(net, batch, idx, m.Args(update_chunk_size=0, td_loss_coef=0.5))
+    assert full.abs().max() > 0
+    assert torch.allclose(half, 0.5 * full, rtol=1e-6, atol=1e-9)
+    assert half_stats[0].item() == pytest.approx(0.5 * full_stats[0].item()) and half_stats[1] == full_stats[1]
+    assert m.parse_args(["--preset", "purejaxql"]).td_loss_coef == 0.5 and m.parse_args([]).td_loss_coef == 1.0
+
+
+@pytest.mark.parametrize("network", ["cleanrl", "purejaxql"])
+def test_diagnostics_features_are_the_policys_under_bf16(network):
+    """Under --bf16 the diagnostics read the trunk under the same autocast as the policy's forward pass."""
+    torch.manual_seed(0)
+    net = m.QNetwork(4, network=network).eval()
+    obs = tiny_batch(6)[0]
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    seen = []
+    hook = net.q_head.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].detach().float()))
+    with torch.no_grad(), autocast():
+        net(obs)
+    hook.remove()
+    probe = m.DiagnosticProbe(net, obs, autocast, chunk=4)
+    features, magnitudes = probe.representation(net)
+    assert np.array_equal(features, seen[0].numpy())
+    with torch.no_grad():
+        fp32 = net.trunk_activations(obs)[-1].numpy()
+    assert not np.allclose(features, fp32, atol=1e-4)  # bf16 differs from fp32: the check can fail
+
+
 @pytest.mark.parametrize("flags, names", [
     (["--env-id", "NotAGame-v5"], "--env-id"),
     (["--num-envs", "-3"], "--num-envs"),
