@@ -886,9 +886,12 @@ def uses_same_step(args) -> bool:
     return args.cleanrl_compat and args.env_backend == "gymnasium"
 
 
-def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast):
-    """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
+def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, world_size=1, rank=0):
+    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
+    every rank samples the whole batch's actions from all ranks' means and keeps its own envs' (torchrun = one
+    process, SPEC §7)."""
     next_obs, next_done, next_term = state
+    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
     same_step = uses_same_step(args)
     reset_step = (next_done.cpu().numpy() > 0) & (not same_step)
     act_space = spaces(envs)[1]
@@ -901,7 +904,8 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             storage.dones[step] = next_done
             storage.terminations[step] = next_term
             mean, logstd, value = agent(next_obs)
-            action, logprob = sample_actions(mean.float(), logstd.float())
+            action, logprob = sample_actions(gather_envs(mean.float(), world_size), logstd.float())
+            action, logprob = action[own], logprob[own]
             storage.values[step] = value.float()
             storage.actions[step] = action
             storage.logprobs[step] = logprob
@@ -961,16 +965,19 @@ def explained_variance(values, returns, valid) -> float:
 # <<< shared:explained-variance
 
 
-def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args):
+def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args,
+             count=None, adv_moments=None):
     """CleanRL's clipped surrogate, clipped value loss and entropy bonus, averaged over valid samples
-    (a step whose action the env ignored, right after a done, carries no learning signal)."""
+    (a step whose action the env ignored, right after a done, carries no learning signal). Under torchrun the
+    samples are this rank's share of the minibatch, and `count` and `adv_moments` (mean, std) the whole
+    minibatch's (minibatch_moments)."""
     mu, logstd, newvalue = agent(mb_obs)
     mu, logstd, newvalue = mu.float(), logstd.float(), newvalue.float()
     newlogprob = gaussian_logprob(mu, logstd, mb_actions)
     entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1).expand(mu.shape[0])
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    count = mb_valid.sum().clamp(min=1.0)
+    count = mb_valid.sum().clamp(min=1.0) if count is None else count
     weight = mb_valid / count
     def mean(x):
         return torch.dot(x, weight)
@@ -979,8 +986,11 @@ def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, 
         approx_kl = mean((ratio - 1) - logratio)
         clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
     if args.norm_adv:
-        adv_mean = mean(mb_advantages)
-        adv_std = torch.sqrt(mean((mb_advantages - adv_mean) ** 2) * count / (count - 1).clamp(min=1.0))
+        if adv_moments is None:
+            adv_mean = mean(mb_advantages)
+            adv_std = torch.sqrt(mean((mb_advantages - adv_mean) ** 2) * count / (count - 1).clamp(min=1.0))
+        else:
+            adv_mean, adv_std = adv_moments
         mb_advantages = (mb_advantages - adv_mean) / (adv_std + 1e-8)
     pg_loss = mean(torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
     if args.clip_vloss:
@@ -1017,16 +1027,76 @@ def maybe_compile(fn, enabled: bool):
 
 
 # >>> shared:torch-distributed
+# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
+# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
+# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
-    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
-    grads = [p.grad for p in agent.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
+    divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is
+    empty contributes zeros."""
+    params = [p for p in agent.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= world_size
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+def sum_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """x summed over the ranks (in place); x itself in one process."""
+    if world_size > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def gather_envs(x: torch.Tensor, world_size: int, dim: int = 0) -> torch.Tensor:
+    """Every rank's per-env tensor joined along `dim` (the env axis) in rank order: one process's layout."""
+    if world_size == 1:
+        return x
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(parts, x)
+    return torch.cat(parts, dim=dim)
+
+
+def gather_list(items: list, world_size: int) -> list:
+    """Every rank's list (finished episodes), concatenated in rank order."""
+    if world_size == 1:
+        return items
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, items)
+    return [item for part in gathered for item in part]
+
+
+def local_rows(idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """The rows among the batch rows idx (t * N + n) that this rank holds, as its own rows, in idx's order."""
+    if world_size == 1:
+        return idx
+    local = num_envs // world_size
+    t, n = idx // num_envs, idx % num_envs - rank * local
+    mine = (n >= 0) & (n < local)
+    return t[mine] * local + n[mine]
+
+
+def gather_rows(b_x: torch.Tensor, idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """Batch rows idx (t * N + n) on every rank, each from the rank that holds it (the diagnostics' states)."""
+    if world_size == 1:
+        return b_x.index_select(0, idx)
+    owner = (idx % num_envs) // (num_envs // world_size)
+    counts = torch.bincount(owner, minlength=world_size).tolist()
+    part = b_x.new_zeros((max(counts),) + b_x.shape[1:])  # all_gather needs equal shapes: pad to the largest share
+    mine = local_rows(idx, num_envs, rank, world_size)
+    part[:len(mine)] = b_x.index_select(0, mine)
+    parts = [torch.empty_like(part) for _ in range(world_size)]
+    dist.all_gather(parts, part)
+    out = b_x.new_empty((len(idx),) + b_x.shape[1:])
+    for r in range(world_size):
+        out[owner == r] = parts[r][:counts[r]]
+    return out
 
 
 def any_rank_says(flag: bool, world_size: int, device) -> bool:
@@ -1043,24 +1113,36 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 # <<< shared:torch-distributed
 
 
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
+def minibatch_moments(advantages, valid, world_size) -> tuple:
+    """Under torchrun: the whole minibatch's valid count and advantage (mean, unbiased std), over every rank's
+    share (ppo_loss's own formulas, with sums over ranks)."""
+    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    adv_mean = sum_over_ranks((advantages * valid).sum(), world_size) / count
+    var = sum_over_ranks(((advantages - adv_mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
+    return count, (adv_mean, var.sqrt())
+
+
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
     """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
     minibatch, the clip fraction averaged over all of them) and the mean grad norm.
-    `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
+    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    n = b_obs.shape[0]
+    n = b_obs.shape[0] * world_size
     clipfrac_sum = torch.zeros((), device=b_obs.device)
     grad_norm_sum = torch.zeros((), device=b_obs.device)
     steps = 0
     for epoch in range(args.update_epochs):
         perm = torch.randperm(n, device=b_obs.device)
         for start in range(0, n, mb_size):
-            idx = perm[start:start + mb_size]
+            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
+            count, adv_moments = minibatch_moments(b_advantages[idx], b_valid[idx], world_size) if world_size > 1 else (None, None)
             with autocast():
                 loss, stats = loss_fn(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
-                                       b_returns[idx], b_values[idx], b_valid[idx], args)
+                                       b_returns[idx], b_values[idx], b_valid[idx], args, count, adv_moments)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            stats = sum_over_ranks(stats, world_size)
             if world_size > 1:
                 allreduce_gradients(agent, world_size)
             if probe is not None and steps == 0:
@@ -1071,13 +1153,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
-        if args.target_kl is not None:
-            approx_kl = stats[4].clone()
-            if world_size > 1:  # every rank must take the same decision
-                dist.all_reduce(approx_kl, op=dist.ReduceOp.SUM)
-                approx_kl /= world_size
-            if approx_kl.item() > args.target_kl:
-                break
+        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+            break
     # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
     return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
@@ -1225,9 +1302,7 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
-    scaling = resolve_scaling(args)
-    check(scaling["minibatch_size"] % world_size == 0,
-          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     return scaling
 
 
@@ -1259,11 +1334,10 @@ def main():
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     local_envs = args.num_envs // world_size
-    local_mb = scaling["minibatch_size"] // world_size
     if rank == 0:
         print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
 
-    # Seeding (the agent's initial weights are the same on every rank; sampling differs per rank)
+    # Seeding: one torch stream on every rank (the same weights; every rank draws the whole batch's samples)
     random.seed(args.seed + rank)
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed)
@@ -1288,7 +1362,7 @@ def main():
     # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     loss_fn = maybe_compile(ppo_loss, args.compile)
-    torch.manual_seed(args.seed + rank)
+    torch.manual_seed(args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -1358,7 +1432,9 @@ def main():
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast)
+        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
+                                          world_size, rank)
+        finished = gather_list(finished, world_size)
         global_step += args.batch_size
 
         with torch.no_grad(), autocast():
@@ -1374,15 +1450,21 @@ def main():
         batch = (b_obs, b_actions, storage.logprobs.reshape(-1), advantages.reshape(-1),
                  returns.reshape(-1), storage.values.reshape(-1), b_valid)
 
-        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0
         probe = None
-        if diag_now:
-            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
-            probe = DiagnosticProbe(agent, b_obs[idx], b_actions[idx], autocast,
-                                    args.num_minibatches * args.update_epochs + 1)
+        if diag_now:  # the states are rows of the whole batch, gathered from the ranks that hold them
+            idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
+            diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
+            diag_actions = gather_rows(b_actions, idx, args.num_envs, rank, world_size)
+            if rank == 0:
+                probe = DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
 
         agent.train()
-        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
+        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
+                                                    world_size, probe, loss_fn, rank)
+        # explained variance over all ranks' samples, in one process's layout
+        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in
+                                  (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
         loss_stats = loss_stats.cpu().numpy()
@@ -1408,7 +1490,7 @@ def main():
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": explained_variance(storage.values, returns, b_valid),
+                "losses/explained_variance": ev,
             }
             if probe is not None:
                 diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())

@@ -629,8 +629,9 @@ class RewardNormalizer:
     """CleanRL's gym.wrappers.NormalizeReward + clip (gym 0.23): rewards divided by the running std of each
     env's discounted return, then clipped to +-clip. The std runs over steps whose action the env used."""
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
-        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8, world_size: int = 1,
+                 device="cpu"):
+        self.gamma, self.clip, self.epsilon, self.world_size, self.device = gamma, clip, epsilon, world_size, device
         self.returns = np.zeros(num_envs)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # gym's RunningMeanStd prior
 
@@ -643,8 +644,14 @@ class RewardNormalizer:
 
     def __call__(self, reward: np.ndarray, done: np.ndarray, used: np.ndarray) -> np.ndarray:
         self.returns = self.returns * self.gamma + reward
+        # one statistic over all envs, as CleanRL's wrapper over its vector env: under torchrun all ranks' returns
+        returns, used = self.returns, used
+        if self.world_size > 1:
+            both = torch.as_tensor(np.stack([returns, used]), device=self.device)
+            returns, used = gather_envs(both, self.world_size, dim=1).cpu().numpy()
+            used = used > 0
         if used.any():
-            self.update_moments(self.returns[used])
+            self.update_moments(returns[used])
         normalized = reward / np.sqrt(self.var + self.epsilon)
         self.returns[done] = 0.0
         return np.clip(normalized, -self.clip, self.clip)
@@ -799,9 +806,12 @@ def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast):
-    """Run num_steps in every env; returns (episodes finished, the state after the rollout)."""
+def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, world_size=1, rank=0):
+    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
+    every rank samples the whole batch's actions from all ranks' logits and keeps its own envs' (torchrun = one
+    process, SPEC §7)."""
     next_obs, next_done, next_term = state
+    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
     finished = []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
@@ -811,7 +821,8 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             storage.dones[step] = next_done
             storage.terminations[step] = next_term
             logits, value = agent(next_obs)
-            action, logprob = sample_actions(logits.float())
+            action, logprob = sample_actions(gather_envs(logits.float(), world_size))
+            action, logprob = action[own], logprob[own]
             storage.values[step] = value.float()
             storage.actions[step] = action
             storage.logprobs[step] = logprob
@@ -846,12 +857,16 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
-def normalize_advantages(advantages, valid):
-    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std)."""
-    count = valid.sum()
-    mean = (advantages * valid).sum() / count.clamp(min=1.0)
-    var = ((advantages - mean) ** 2 * valid).sum() / (count - 1).clamp(min=1.0)
+def normalize_advantages(advantages, valid, world_size=1):
+    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std); under torchrun
+    over every rank's share of the minibatch."""
+    count = sum_over_ranks(valid.sum(), world_size)
+    mean = sum_over_ranks((advantages * valid).sum(), world_size) / count.clamp(min=1.0)
+    var = sum_over_ranks(((advantages - mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
     return (advantages - mean) / (var.sqrt() + 1e-8)
+
+
+NUM_LOSS_STATS = 6  # policy loss, value loss, entropy, old_approx_kl, approx_kl, clipfrac
 
 
 def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
@@ -905,15 +920,17 @@ def maybe_compile(fn, enabled: bool):
 # <<< shared:torch-compile
 
 
-def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss) -> torch.Tensor:
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss, world_size=1) -> torch.Tensor:
     """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
-    (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
+    torchrun idx is this rank's share of the minibatch, and the count and the advantage statistics are the
+    whole minibatch's."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
     valid = b_valid[idx]
-    count = valid.sum().clamp(min=1.0)
-    advantages = normalize_advantages(b_advantages[idx], valid) if args.norm_adv else b_advantages[idx]
-    chunk = args.update_chunk_size if args.update_chunk_size > 0 else len(idx)
-    stats = 0.0
+    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    advantages = normalize_advantages(b_advantages[idx], valid, world_size) if args.norm_adv else b_advantages[idx]
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
+    stats = torch.zeros(NUM_LOSS_STATS, device=b_valid.device)
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
         obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
@@ -926,16 +943,76 @@ def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss) -> t
 
 
 # >>> shared:torch-distributed
+# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
+# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
+# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
-    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
-    grads = [p.grad for p in agent.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
+    divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is
+    empty contributes zeros."""
+    params = [p for p in agent.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= world_size
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+def sum_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """x summed over the ranks (in place); x itself in one process."""
+    if world_size > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def gather_envs(x: torch.Tensor, world_size: int, dim: int = 0) -> torch.Tensor:
+    """Every rank's per-env tensor joined along `dim` (the env axis) in rank order: one process's layout."""
+    if world_size == 1:
+        return x
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(parts, x)
+    return torch.cat(parts, dim=dim)
+
+
+def gather_list(items: list, world_size: int) -> list:
+    """Every rank's list (finished episodes), concatenated in rank order."""
+    if world_size == 1:
+        return items
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, items)
+    return [item for part in gathered for item in part]
+
+
+def local_rows(idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """The rows among the batch rows idx (t * N + n) that this rank holds, as its own rows, in idx's order."""
+    if world_size == 1:
+        return idx
+    local = num_envs // world_size
+    t, n = idx // num_envs, idx % num_envs - rank * local
+    mine = (n >= 0) & (n < local)
+    return t[mine] * local + n[mine]
+
+
+def gather_rows(b_x: torch.Tensor, idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """Batch rows idx (t * N + n) on every rank, each from the rank that holds it (the diagnostics' states)."""
+    if world_size == 1:
+        return b_x.index_select(0, idx)
+    owner = (idx % num_envs) // (num_envs // world_size)
+    counts = torch.bincount(owner, minlength=world_size).tolist()
+    part = b_x.new_zeros((max(counts),) + b_x.shape[1:])  # all_gather needs equal shapes: pad to the largest share
+    mine = local_rows(idx, num_envs, rank, world_size)
+    part[:len(mine)] = b_x.index_select(0, mine)
+    parts = [torch.empty_like(part) for _ in range(world_size)]
+    dist.all_gather(parts, part)
+    out = b_x.new_empty((len(idx),) + b_x.shape[1:])
+    for r in range(world_size):
+        out[owner == r] = parts[r][:counts[r]]
+    return out
 
 
 def any_rank_says(flag: bool, world_size: int, device) -> bool:
@@ -962,12 +1039,13 @@ def explained_variance(values, returns, valid) -> float:
 # <<< shared:explained-variance
 
 
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss):
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
     """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
     minibatch, the clip fraction averaged over all of them) and the mean grad norm.
-    `probe` (diagnostics) is called after every optimizer step and sees the first gradient."""
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
+    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
     device = batch[0].device
-    n = batch[0].shape[0]
+    n = batch[0].shape[0] * world_size
     clipfrac_sum = torch.zeros((), device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
@@ -975,7 +1053,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
         perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
             optimizer.zero_grad(set_to_none=True)
-            stats = minibatch_gradient(agent, batch, perm[start:start + mb_size], args, autocast, loss_fn)
+            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
+            stats = sum_over_ranks(minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, world_size), world_size)
             if world_size > 1:
                 allreduce_gradients(agent, world_size)
             if probe is not None and steps == 0:
@@ -986,13 +1065,8 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
-        if args.target_kl is not None:
-            approx_kl = stats[4].clone()
-            if world_size > 1:  # every rank must take the same decision
-                dist.all_reduce(approx_kl, op=dist.ReduceOp.SUM)
-                approx_kl /= world_size
-            if approx_kl.item() > args.target_kl:
-                break
+        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+            break
     # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
     return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
 
@@ -1138,9 +1212,7 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
-    scaling = resolve_scaling(args)
-    check(scaling["minibatch_size"] % world_size == 0,
-          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check(args.total_timesteps >= scaling["batch_size"],
           f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
     return scaling
@@ -1175,11 +1247,10 @@ def main():
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     local_envs = args.num_envs // world_size
-    local_mb = scaling["minibatch_size"] // world_size
     if rank == 0:
         print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
 
-    # Seeding (the agent's initial weights are the same on every rank; sampling differs per rank)
+    # Seeding: one torch stream on every rank (the same weights; every rank draws the whole batch's samples)
     random.seed(args.seed + rank)
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed)
@@ -1201,7 +1272,7 @@ def main():
     if args.channels_last:
         agent = agent.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
-    torch.manual_seed(args.seed + rank)
+    torch.manual_seed(args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -1232,7 +1303,7 @@ def main():
     # Storage
     storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
     stats = EpisodeStats(local_envs)
-    normalizer = RewardNormalizer(local_envs, args.gamma) if args.norm_reward else None
+    normalizer = RewardNormalizer(local_envs, args.gamma, world_size=world_size, device=device) if args.norm_reward else None
     obs_np, _ = envs.reset()
     zeros = torch.zeros(local_envs, device=device)
     state = (torch.as_tensor(obs_np, device=device), zeros, zeros)
@@ -1276,7 +1347,9 @@ def main():
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast)
+        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
+                                          world_size, rank)
+        finished = gather_list(finished, world_size)
         global_step += args.batch_size
 
         with torch.no_grad(), autocast():
@@ -1290,17 +1363,23 @@ def main():
         batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
                  returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
 
-        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0
         probe = None
-        if diag_now:
-            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
+        if diag_now:  # the states are rows of the whole batch, gathered from the ranks that hold them
+            idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
+            diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
+            diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
             # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
             chunk = 128 if device.type == "cpu" else args.update_chunk_size
-            probe = DiagnosticProbe(agent, b_obs.index_select(0, idx), batch[1][idx], autocast, chunk,
-                                    args.num_minibatches * args.update_epochs + 1)
+            if rank == 0:
+                probe = DiagnosticProbe(agent, diag_obs, diag_actions, autocast, chunk,
+                                        args.num_minibatches * args.update_epochs + 1)
 
         agent.train()
-        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
+        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
+                                                    world_size, probe, loss_fn, rank)
+        # explained variance over all ranks' samples, in one process's layout
+        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in (storage.values, returns, valid)))
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
         loss_stats = loss_stats.cpu().numpy()
@@ -1326,7 +1405,7 @@ def main():
                 "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
                 "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
                 "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": explained_variance(storage.values, returns, valid),
+                "losses/explained_variance": ev,
             }
             if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
                 # Cobbe et al.: the return on the full level distribution, against training's on num_levels

@@ -737,11 +737,14 @@ class Evaluator:
         return self.stats.update(info, trunc)
 
 
-def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator=None):
+def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator=None,
+                    world_size=1, rank=0):
     """Run num_steps epsilon-greedy steps in every env; returns (episodes finished, evaluation episodes
-    finished, the state after the rollout)."""
+    finished, the state after the rollout). Under torchrun every rank draws the whole batch's exploration
+    from all ranks' Q-values and keeps its own envs' actions (torchrun = one process, SPEC §7)."""
     next_obs, next_done, next_term = state
     num_envs = next_obs.shape[0]
+    own = slice(rank * num_envs, (rank + 1) * num_envs)
     finished, eval_finished = [], []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
@@ -754,7 +757,7 @@ def collect_rollout(envs, q_network, storage, state, stats, args, device, autoca
             q_values = q_network(obs).float()
             train_q = q_values[:num_envs]
             epsilon = rollout_epsilon(global_step, step, args)
-            action = epsilon_greedy(train_q, epsilon)
+            action = epsilon_greedy(gather_envs(train_q, world_size), epsilon)[own]
             storage.max_q[step] = train_q.max(dim=-1).values
             storage.actions[step] = action
             if evaluator is not None:
@@ -821,14 +824,15 @@ def maybe_compile(fn, enabled: bool):
 # <<< shared:torch-compile
 
 
-def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss) -> torch.Tensor:
+def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss, world_size=1) -> torch.Tensor:
     """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
-    (up to float summation order) with activation memory bounded by the chunk, not the minibatch."""
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
+    torchrun idx is this rank's share of the minibatch and the count is the whole minibatch's."""
     b_obs, b_actions, b_targets, b_valid = batch
     valid = b_valid[idx]
-    count = valid.sum().clamp(min=1.0)
-    chunk = args.update_chunk_size if args.update_chunk_size > 0 else len(idx)
-    stats = 0.0
+    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
+    stats = torch.zeros(2, device=b_valid.device)  # td_loss, mean Q of the taken actions
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
         obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
@@ -841,16 +845,76 @@ def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss) -
 
 
 # >>> shared:torch-distributed
+# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
+# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
+# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
-    """Data parallelism (SPEC §7): average gradients over ranks with one flat all-reduce."""
-    grads = [p.grad for p in agent.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
+    divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is
+    empty contributes zeros."""
+    params = [p for p in agent.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= world_size
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+def sum_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """x summed over the ranks (in place); x itself in one process."""
+    if world_size > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def gather_envs(x: torch.Tensor, world_size: int, dim: int = 0) -> torch.Tensor:
+    """Every rank's per-env tensor joined along `dim` (the env axis) in rank order: one process's layout."""
+    if world_size == 1:
+        return x
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(parts, x)
+    return torch.cat(parts, dim=dim)
+
+
+def gather_list(items: list, world_size: int) -> list:
+    """Every rank's list (finished episodes), concatenated in rank order."""
+    if world_size == 1:
+        return items
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, items)
+    return [item for part in gathered for item in part]
+
+
+def local_rows(idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """The rows among the batch rows idx (t * N + n) that this rank holds, as its own rows, in idx's order."""
+    if world_size == 1:
+        return idx
+    local = num_envs // world_size
+    t, n = idx // num_envs, idx % num_envs - rank * local
+    mine = (n >= 0) & (n < local)
+    return t[mine] * local + n[mine]
+
+
+def gather_rows(b_x: torch.Tensor, idx: torch.Tensor, num_envs: int, rank: int, world_size: int) -> torch.Tensor:
+    """Batch rows idx (t * N + n) on every rank, each from the rank that holds it (the diagnostics' states)."""
+    if world_size == 1:
+        return b_x.index_select(0, idx)
+    owner = (idx % num_envs) // (num_envs // world_size)
+    counts = torch.bincount(owner, minlength=world_size).tolist()
+    part = b_x.new_zeros((max(counts),) + b_x.shape[1:])  # all_gather needs equal shapes: pad to the largest share
+    mine = local_rows(idx, num_envs, rank, world_size)
+    part[:len(mine)] = b_x.index_select(0, mine)
+    parts = [torch.empty_like(part) for _ in range(world_size)]
+    dist.all_gather(parts, part)
+    out = b_x.new_empty((len(idx),) + b_x.shape[1:])
+    for r in range(world_size):
+        out[owner == r] = parts[r][:counts[r]]
+    return out
 
 
 def any_rank_says(flag: bool, world_size: int, device) -> bool:
@@ -867,11 +931,12 @@ def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
 # <<< shared:torch-distributed
 
 
-def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=td_loss):
+def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=td_loss, rank=0):
     """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
-    `probe` (diagnostics) sees the first gradient."""
+    `probe` (diagnostics) sees the first gradient. mb_size is the whole minibatch: under torchrun every rank
+    draws the permutation of all ranks' rows and works on its share."""
     device = batch[0].device
-    n = batch[0].shape[0]
+    n = batch[0].shape[0] * world_size
     stat_sum = torch.zeros(2, device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
@@ -879,7 +944,8 @@ def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, pro
         perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
             optimizer.zero_grad(set_to_none=True)
-            stats = minibatch_gradient(q_network, batch, perm[start:start + mb_size], args, autocast, loss_fn)
+            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
+            stats = sum_over_ranks(minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn, world_size), world_size)
             if world_size > 1:
                 allreduce_gradients(q_network, world_size)
             if probe is not None and steps == 0:
@@ -1023,9 +1089,7 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
-    scaling = resolve_scaling(args)
-    check(scaling["minibatch_size"] % world_size == 0,
-          f"minibatch size {scaling['minibatch_size']} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check(args.total_timesteps >= scaling["batch_size"],
           f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
     return scaling
@@ -1064,11 +1128,10 @@ def main():
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     local_envs = args.num_envs // world_size
-    local_mb = scaling["minibatch_size"] // world_size
     if rank == 0:
         print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
 
-    # Seeding (the Q-network's initial weights are the same on every rank; exploration differs per rank)
+    # Seeding: one torch stream on every rank (the same weights; every rank draws the whole batch's exploration)
     random.seed(args.seed + rank)
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed)
@@ -1089,7 +1152,7 @@ def main():
     if args.channels_last:
         q_network = q_network.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(q_network, args)
-    torch.manual_seed(args.seed + rank)
+    torch.manual_seed(args.seed)
     if ckpt:
         q_network.load_state_dict(ckpt["q_network"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -1153,7 +1216,8 @@ def main():
 
         q_network.eval()
         finished, eval_finished, state = collect_rollout(envs, q_network, storage, state, stats, args, device,
-                                                         autocast, global_step, evaluator)
+                                                         autocast, global_step, evaluator, world_size, rank)
+        finished = gather_list(finished, world_size)
         global_step += args.batch_size
 
         with torch.no_grad(), autocast():
@@ -1165,16 +1229,19 @@ def main():
         b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
         batch = (b_obs, storage.actions.reshape(-1), targets.reshape(-1), 1.0 - storage.dones.reshape(-1))
 
-        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0 and rank == 0
+        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0
         probe = None
-        if diag_now:
-            idx = torch.as_tensor(diagnostic_states(b_obs.shape[0], args.diagnostics_states), device=device)
+        if diag_now:  # the states are rows of the whole batch, gathered from the ranks that hold them
+            idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
+            diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
             # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
             chunk = 128 if device.type == "cpu" else args.update_chunk_size
-            probe = DiagnosticProbe(q_network, b_obs.index_select(0, idx), autocast, chunk)
+            if rank == 0:
+                probe = DiagnosticProbe(q_network, diag_obs, autocast, chunk)
 
         q_network.train()
-        loss_stats, grad_norm, num_updates = update(q_network, optimizer, batch, args, local_mb, autocast, world_size, probe, loss_fn)
+        loss_stats, grad_norm, num_updates = update(q_network, optimizer, batch, args, scaling["minibatch_size"],
+                                                    autocast, world_size, probe, loss_fn, rank)
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
         loss_stats = loss_stats.cpu().numpy()
