@@ -50,6 +50,12 @@ NOT_COMPARED = ("diagnostics/ddr", "diagnostics/grad_kurtosis")
 # within 1e-5 relative, or 5e-7 absolute for the quantities that are float32 means of O(1) terms cancelling to
 # ~1e-4 (approx_kl, the policy loss, explained variance near 0) or to ~1e-6 (the diagnostics' per-step KLs)
 RTOL, ATOL = 1e-5, 5e-7
+# Per tag, an absolute tolerance on the scale of the quantity where rounding moves it by more: explained variance
+# is a fraction of variance (scale 1), float32 variances of a few hundred values; the dormant fractions and ranks
+# count units on either side of a threshold, where a unit whose score sits at the threshold can flip
+TAG_ATOL = {"losses/explained_variance": 1e-5, "diagnostics/feature_rank": 1, "diagnostics/srank": 1,
+            "diagnostics/critic_feature_rank": 1, "diagnostics/critic_srank": 1}
+DORMANT_ATOL = 0.01
 
 
 def by_iteration(rows):
@@ -78,7 +84,8 @@ def differences(one, two, tags=None, iterations=None):
             if np.isnan(a) and np.isnan(b):
                 continue
             worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-30))
-            if abs(a - b) > max(RTOL * max(abs(a), abs(b)), ATOL):
+            atol = DORMANT_ATOL if "dormant_frac" in tag else TAG_ATOL.get(tag, ATOL)
+            if abs(a - b) > max(RTOL * max(abs(a), abs(b)), atol):
                 outside.append((it, tag, a, b))
     return worst, outside
 
