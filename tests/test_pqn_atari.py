@@ -480,6 +480,22 @@ def losses(run_dir):
     return [(r["iteration"], r["losses/td_loss"], r["losses/q_values"]) for r in read_metrics(run_dir) if "losses/td_loss" in r]
 
 
+def test_purejaxql_preset_trains_and_its_checkpoint_names_its_network(tmp_path):
+    """A tiny --preset purejaxql run: purejaxql's network and loss train, epsilon holds per update (1 for the first
+    rollout, then past its 0.1 x 2-update decay: 0.001), and a resume with CleanRL's network says which to pass."""
+    code, _, err = main_inprocess(["--preset", "purejaxql"] + TINY + ["--total-timesteps", str(2 * BATCH),
+                                                                      "--diagnostics-every", "1", "--no-compile"], tmp_path)
+    assert code == 0, err
+    (run_dir,) = run_dirs(tmp_path)
+    rows = [r for r in read_metrics(run_dir) if "losses/td_loss" in r]
+    assert [r["charts/epsilon"] for r in rows] == [1.0, pytest.approx(0.001)]
+    assert all(math.isfinite(r["losses/td_loss"]) and math.isfinite(r["diagnostics/feature_rank"]) for r in rows)
+    assert json.load(open(os.path.join(run_dir, "config.json")))["args"]["network"] == "purejaxql"
+    ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    code, _, err = main_inprocess(["--resume", ckpt] + TINY + ["--total-timesteps", str(4 * BATCH)], tmp_path)
+    assert code == 2 and "--network purejaxql" in err and "Traceback" not in err
+
+
 def test_diagnostics_do_not_change_training(runs):
     _, out = runs
     a, b = out["diag"][0], out["plain"][0]
