@@ -5,7 +5,7 @@
 
 Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
 launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
-(a run is finished iff its summary.json says so, SPEC §6) started with exactly the point's flags (its config.json
+(a run is finished iff its summary.json says so, docs/run_directory.md) started with exactly the point's flags (its config.json
 "argv"); --resume-unfinished also continues a point's interrupted or killed run from its checkpoint (--resume).
 Usage and the Slurm placeholders: docs/pipeline.md.
 """
