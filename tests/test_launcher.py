@@ -296,3 +296,32 @@ def test_a_stopped_launcher_forwards_sigint_to_its_runs(signum, tmp_path):
     out, err = proc.communicate(timeout=60)
     assert (tmp_path / "run.stopped").read_text() == "SIGINT", err
     assert "forwarding SIGINT to 1 running run" in err and proc.returncode == 130  # docs/pipeline.md
+
+
+WANDB_FAKE = """import json, os, sys
+args = sys.argv[1:]
+flags = dict(zip(args, args[1:]))
+out = os.path.join(flags["--runs-dir"], f"env_{flags['--lr']}_{flags['--seed']}.json")
+os.makedirs(flags["--runs-dir"], exist_ok=True)
+json.dump({k: os.environ.get(k) for k in ("WANDB_RUN_GROUP", "WANDB_TAGS")}, open(out, "w"))
+"""
+
+
+def test_runs_of_a_sweep_share_a_wandb_group_and_are_tagged_with_their_grid_point(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "wandb_fake.py"
+    script.write_text(WANDB_FAKE)
+    runs = tmp_path / "runs"
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    monkeypatch.delenv("WANDB_TAGS", raising=False)
+    rc = launcher.main([str(script), "--sweep", "lr=0.1,0.01", "--seeds", "1", "2", "--job-name", "fig_x",
+                        "--runs-dir", str(runs), "--", "--total-timesteps", "100"])
+    assert rc == 0
+    for lr in ("0.1", "0.01"):
+        for seed in ("1", "2"):
+            env = json.load(open(runs / f"env_{lr}_{seed}.json"))
+            # wandb.init splits WANDB_TAGS at commas; the flag common to every run is no tag
+            assert env == {"WANDB_RUN_GROUP": "fig_x", "WANDB_TAGS": f"lr={lr},seed={seed}"}
+    # the caller's own group wins
+    monkeypatch.setenv("WANDB_RUN_GROUP", "mine")
+    rc = launcher.main([str(script), "--sweep", "lr=0.5", "--seeds", "3", "--runs-dir", str(runs)])
+    assert rc == 0 and json.load(open(runs / "env_0.5_3.json")) == {"WANDB_RUN_GROUP": "mine", "WANDB_TAGS": None}

@@ -1,4 +1,4 @@
-"""Turn run directories (SPEC §4: config.json, metrics.jsonl, summary.json) into figures and the numbers behind them.
+"""Turn run directories (docs/run_directory.md: config.json, metrics.jsonl, summary.json) into figures and the numbers behind them.
 
     python -m cleanrl_scaling.utils.aggregate curves  RUNS... --metric charts/neg_distance --group-by learning_rate
     python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human

@@ -5,7 +5,7 @@
 
 Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
 launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
-(a run is finished iff its summary.json says so, SPEC §6) started with exactly the point's flags (its config.json
+(a run is finished iff its summary.json says so, docs/run_directory.md) started with exactly the point's flags (its config.json
 "argv"); --resume-unfinished also continues a point's interrupted or killed run from its checkpoint (--resume).
 Usage and the Slurm placeholders: docs/pipeline.md.
 """
@@ -42,6 +42,7 @@ class Job:
     label: str
     log_path: str = ""
     cpus: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # set for the run unless the caller's environment sets it (W&B grouping)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -136,6 +137,21 @@ def build_jobs(args) -> list:
     return jobs
 
 
+def set_wandb_grouping(jobs: list, job_name: str) -> None:
+    """With --track, a launch's runs share one W&B group (--job-name) and each is tagged with the flags that vary
+    across the grid (`learning-rate=0.3`, `seed=2`); wandb.init reads WANDB_RUN_GROUP and WANDB_TAGS (docs/tracking.md)."""
+    def text(value):
+        if isinstance(value, bool):
+            return str(value).lower()
+        return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    keys = sorted({k for job in jobs for k in job.flags if not k.startswith("_")})
+    varying = [k for k in keys if len({text(job.flags.get(k)) for job in jobs}) > 1]
+    for job in jobs:
+        # a W&B tag is at most 64 characters and WANDB_TAGS is split at commas
+        tags = [f"{k.replace('_', '-')}={text(job.flags.get(k))}".replace(",", ";")[:64] for k in varying]
+        job.env = {"WANDB_RUN_GROUP": job_name, **({"WANDB_TAGS": ",".join(tags)} if tags else {})}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Local execution: N workers, each run pinned to its share of the cores
 # ---------------------------------------------------------------------------------------------------------
@@ -191,7 +207,8 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
                 log.write(f"$ {shlex.join(job.argv)}\n# cpus {job.cpus}\n")
                 log.flush()
                 pin = (lambda cpus=tuple(job.cpus): os.sched_setaffinity(0, cpus)) if can_pin else None
-                proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=run_env(len(job.cpus)),
+                env = {**job.env, **run_env(len(job.cpus))}  # the caller's WANDB_RUN_GROUP / WANDB_TAGS win
+                proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         preexec_fn=pin, start_new_session=True)
                 running[slot] = (job, proc, log, time.time())
             time.sleep(0.05)
@@ -335,6 +352,7 @@ def main(argv=None) -> int:
         check_args(args)
         args.job_name = args.job_name or os.path.splitext(os.path.basename(args.script))[0]
         jobs = build_jobs(args)
+        set_wandb_grouping(jobs, args.job_name)  # over the whole grid, so a relaunch tags its runs the same way
         script_stem = os.path.splitext(os.path.basename(args.script))[0]
         skipped = 0
         if args.skip_finished:
