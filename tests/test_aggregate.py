@@ -470,3 +470,22 @@ def test_one_point_draws_error_bars_and_the_reference_group_is_a_line(tmp_path):
     (bar,) = fig.axes[0].containers
     segments = bar.lines[2][0].get_segments()
     assert [list(map(list, seg)) for seg in segments] == [[[5.0, 0.5], [5.0, 2.0]]]
+
+
+def test_series_put_both_grown_arms_on_one_axis_and_relabel_renames(tmp_path):
+    """M25 Fig. 8: --series KEY=V:LABEL makes one line per filter, the shared base (N = 64, T = 32) starting both;
+    --relabel renames a legend label (B26 Fig. 3a's 'COM (starting COM)')."""
+    runs = tmp_path / "runs"
+    for n, t, final in ((64, 32, 10.0), (1024, 32, 4.0), (64, 512, 6.0)):
+        write_run(runs, "Ant-v4", "ppo", 1, [(s, {"charts/r": final}) for s in (0, 100)], num_envs=n, num_steps=t,
+                  batch_size=n * t)
+    out = tmp_path / "s"
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/r", "--x-key", "batch-size", "--series",
+                           "num_steps=32:through N", "--series", "num-envs=64:through T", "--out", str(out)]) == 0
+    got = {(r["group"], int(r["batch_size"])): float(r["mean"]) for r in read_csv(f"{out}.csv")}
+    assert got == {("through N", 2048): 10.0, ("through N", 32768): 4.0, ("through T", 2048): 10.0,
+                   ("through T", 32768): 6.0}
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--group-by", "num_envs", "--label", "{num_envs}",
+                           "--relabel", "1024->N 1024", "--out", str(out)]) == 0
+    assert [r["group"] for r in read_csv(f"{out}.csv")] == ["64", "N 1024"]
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--relabel", "no arrow", "--out", str(out)]) == 2

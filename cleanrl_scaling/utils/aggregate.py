@@ -296,9 +296,10 @@ class Grouping:
     """A run's configuration = exp_name + the --group-by keys; its label comes from --label (a format string over
     those keys and env_id) or is 'key=value, ...'."""
 
-    def __init__(self, runs: list, keys: list, label_format: str = ""):
+    def __init__(self, runs: list, keys: list, label_format: str = "", relabel: dict = None):
         self.keys = ["exp_name"] + [k for k in keys if k != "exp_name"]
         self.label_format = label_format
+        self.relabel = relabel or {}
         exp_names = {r.value("exp_name") for r in runs}
         self.show_exp_name = len(exp_names) > 1 or not keys
 
@@ -306,6 +307,10 @@ class Grouping:
         return tuple(run.value(k) for k in self.keys)
 
     def label(self, key: tuple) -> str:
+        label = self.formatted(key)
+        return self.relabel.get(label, label)
+
+    def formatted(self, key: tuple) -> str:
         named = dict(zip(self.keys, key))
         if self.label_format:
             try:
@@ -447,14 +452,16 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
         return (run.env_id,) + tuple(run.value(k) for k in args.panel_by)
 
     panel_keys = sorted({panel_of(r) for r in runs}, key=sort_key)
+    metric_labels = parse_pairs(args.metric_label, "--metric-label", "TAG=WORDS", "=")
     panels, rows, labels = [], [], []
     for metric in args.metric:
         check_metric(runs, metric)
         for panel_key in panel_keys:
             env_id = panel_key[0]
             name = ", ".join([env_id] + [f"{k}={fmt_value(v)}" for k, v in zip(args.panel_by, panel_key[1:])])
-            panel = {"title": name if len(args.metric) == 1 else f"{name}: {metric}",
-                     "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or metric,
+            words = metric_labels.get(metric, metric)
+            panel = {"title": name if len(args.metric) == 1 else f"{name}: {words}",
+                     "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or words,
                      "series": {}, "hlines": [(v, t) for v, t, m in hlines if m in (None, metric)],
                      "logy": args.logy is not None and (not args.logy or metric in args.logy), "ylim": args.ylim}
             for key, label, members in grouped([r for r in runs if panel_of(r) == panel_key], grouping):
@@ -478,8 +485,31 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                           "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves), "band": kind}
                          for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
-    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend)
+    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
+                            styles=parse_styles(args.style), legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
+
+
+def parse_pairs(items: list, option: str, form: str, sep: str) -> dict:
+    """['A->B', ...] -> {A: B}; a missing separator is a usage error."""
+    out = {}
+    for item in items:
+        old, found, new = item.partition(sep)
+        if not found or not old:
+            raise UsageError(f"{option} {item!r}: write {form}")
+        out[old] = new
+    return out
+
+
+def parse_styles(items: list) -> dict:
+    """--style LABEL=LINESTYLE (e.g. 'lr 0.03 (from 0.3)=--'): {label: {"ls": LINESTYLE}}."""
+    out = {}
+    for item in items:
+        label, _, style = item.rpartition("=")
+        if not label or style not in ("-", "--", ":", "-."):
+            raise UsageError(f"--style {item!r}: write LABEL=LINESTYLE with LINESTYLE one of - -- : -.")
+        out[label] = {"ls": style}
+    return out
 
 
 def parse_hline(text: str) -> tuple:
@@ -622,7 +652,7 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
                  "ylabel": args.ylabel or f"{args.stat} {args.metric}", "series": {}, "logy": args.logy is not None,
                  "marker": "o", "errorbars": True, "hlines": []}
         lines = {}
-        for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+        for key, label, members in sweep_groups([r for r in runs if r.env_id == env_id], grouping, args.series):
             points, point_rows = sweep_points(args, members, label, env_id)
             rows += point_rows
             if points:
@@ -642,8 +672,24 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     if args.reference_group and args.reference_group not in labels:
         raise UsageError(f"--reference-group {args.reference_group!r}: no such group; groups: {', '.join(labels)}")
     fig = plots.plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx,
-                            f"{args.reference_group} (the base)" if args.reference_group else "reference")
+                            f"{args.reference_group} (the base)" if args.reference_group else "reference",
+                            legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
+
+
+def sweep_groups(runs: list, grouping: Grouping, series: list) -> list:
+    """The lines of a sweep: the --group-by configurations, or one line per --series KEY=V1,V2:LABEL (a run may be on
+    several lines: M25 Fig. 8's base starts both the N-grown and the T-grown line)."""
+    if not series:
+        return grouped(runs, grouping)
+    out = []
+    for item in series:
+        head, _, label = item.partition(":")
+        ((key, values),) = parse_filters([head])
+        members = [r for r in runs if any(same_value(v, r.value(canonical_key(key))) for v in values)]
+        if members:
+            out.append((None, label or head, members))
+    return out
 
 
 def sweep_points(args, members: list, label: str, env_id) -> tuple:
@@ -701,13 +747,8 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
     runs = [r for r in runs if profiles[r.path]]
     if not runs:
         raise UsageError("no kl_profile.jsonl in these runs; train with --kl-profile and --diagnostics-every K > 0")
-    envs = sorted({r.env_id for r in runs})
-    panels = {(kind, env_id): {"title": f"{env_id}: {title}", "xlabel": args.xlabel or "% of the update's data processed",
-                               "ylabel": f"{kind} KL", "series": {}, "logy": True}
-              for kind, title in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
-              for env_id in envs}
-    rows, labels = [], []
-    for env_id in envs:
+    rows = []
+    for env_id in sorted({r.env_id for r in runs}):
         for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
             if args.select == "best":
                 scores = per_run_scores(members, args.select_metric, args.select_stat, args.final_frac, None)
@@ -721,20 +762,49 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
                 for at in args.at:
                     p = profile[int(np.argmin(np.abs(pcts - at)))]
                     phase = 100.0 * p["global_step"] / last
-                    name = f"{label} @ {phase:.0f}%" + ("" if args.select == "best" else f" seed {run.seed}")
                     for kind in ("seq", "ref"):
                         kl = np.asarray(p[f"{kind}_kl"], dtype=float)
                         steps = np.arange(1, len(kl) + 1) if kind == "seq" else np.arange(len(kl))
-                        x = 100.0 * steps / len(kl)
-                        panels[(kind, env_id)]["series"][name] = (x, kl, None, None)
                         rows += [{"env_id": env_id, "group": label, "run": os.path.basename(run.path),
                                   "global_step": p["global_step"], "pct_of_training": phase, "kind": kind, "j": int(j),
-                                  "pct_of_update": xv, "kl": v} for j, xv, v in zip(steps, x, kl)]
-                    if name not in labels:
-                        labels.append(name)
+                                  "pct_of_update": 100.0 * j / len(kl), "kl": v} for j, v in zip(steps, kl)]
+    return {"fig": draw_kl_profile(rows, args.title, args.xlabel), "rows": rows}
+
+
+def draw_kl_profile(rows: list, title: str = "", xlabel: str = "") -> "plots.plt.Figure":
+    """The kl-profile figure from its CSV rows: seq KL on top, ref KL below, one column per task; as H25 Figs. 2-3
+    draw it, one line style per setting (solid, dashed, ...) and one colour per phase of training."""
+    envs = sorted({r["env_id"] for r in rows})
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    runs_of = {}  # the runs drawn per task and setting: their seeds are named only when there are several
+    for r in rows:
+        runs_of.setdefault((r["env_id"], r["group"]), {})[r["run"]] = None
+    phases_of = {}  # the phases of each run in order: the k-th phase of every run shares the k-th colour
+    for r in rows:
+        phases_of.setdefault(r["run"], []).append(float(r["pct_of_training"]))
+    phases_of = {run: sorted(set(v)) for run, v in phases_of.items()}
+    panels = {(kind, env_id): {"title": f"{env_id}: {name}", "xlabel": xlabel or "% of the update's data processed",
+                               "ylabel": f"{kind} KL", "series": {}, "logy": True}
+              for kind, name in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
+              for env_id in envs}
+    series, labels, styles, palette = {}, [], {}, {}
+    phase_colors = plots.colors(max(len(v) for v in phases_of.values()))
+    line_styles = ["-", "--", ":", "-."]
+    for r in rows:
+        phase = float(r["pct_of_training"])
+        several = len(runs_of[(r["env_id"], r["group"])]) > 1
+        seed = f" ({r['run'].split('__')[2] if '__' in r['run'] else r['run']})" if several else ""
+        name = f"{r['group']}{seed} @ {phase:.0f}%"
+        series.setdefault((r["kind"], r["env_id"], name), []).append((float(r["pct_of_update"]), float(r["kl"])))
+        if name not in styles:
+            labels.append(name)
+            styles[name] = {"ls": line_styles[groups.index(r["group"]) % len(line_styles)]}
+            palette[name] = phase_colors[phases_of[r["run"]].index(phase)]
+    for (kind, env_id, name), points in series.items():
+        x, y = (np.array(v) for v in zip(*sorted(points)))
+        panels[(kind, env_id)]["series"][name] = (x, y, None, None)
     ordered = [panels[("seq", e)] for e in envs] + [panels[("ref", e)] for e in envs]
-    fig = plots.plot_curves(ordered, labels, args.title, len(envs), False)
-    return {"fig": fig, "rows": rows}
+    return plots.plot_curves(ordered, labels, title, len(envs), False, styles=styles, palette=palette)
 
 
 def table_row(env_id, label: str, members: list, scores: list, args) -> dict:
@@ -806,6 +876,9 @@ def parse_args(argv=None):
     common.add_argument("--only-finished", action="store_true", help="ignore runs whose summary.json is not finished")
     common.add_argument("--keep-duplicates", action="store_true",
                         help="keep older runs with identical flags, env_id and seed (default: the newest only)")
+    common.add_argument("--relabel", action="append", default=[], metavar="OLD->NEW",
+                        help="rename one legend label (repeatable), e.g. 'com32_to_2->2 (32)'")
+    common.add_argument("--legend-title", default="", help="title of the legend, e.g. 'COM (starting COM)'")
     common.add_argument("--title", default="")
     common.add_argument("--xlabel", default="")
     common.add_argument("--ylabel", default="")
@@ -836,6 +909,11 @@ def parse_args(argv=None):
                    help="legend entry of the reference lines whose LABEL is a series label (drawn in its colour)")
     p.add_argument("--ylim", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"))
     p.add_argument("--ncols", type=int, default=3)
+    p.add_argument("--metric-label", action="append", default=[], metavar="TAG=WORDS",
+                   help="axis label and panel title of one metric in words, e.g. 'diagnostics/update_size=update size' "
+                        "(repeatable; default: the tag)")
+    p.add_argument("--style", action="append", default=[], metavar="LABEL=LINESTYLE",
+                   help="line style of one series (- -- : -.), e.g. for runs that overlap (repeatable)")
     p.add_argument("--panel-by", nargs="*", default=[], metavar="KEY",
                    help="one panel per value of these config keys (and per env_id), e.g. num_envs (B26 Fig. 7)")
 
@@ -870,6 +948,9 @@ def parse_args(argv=None):
     p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
     p.add_argument("--best-over", nargs="*", default=[], metavar="KEY",
                    help="config keys tuned away: the best value (highest mean score) at every point is shown")
+    p.add_argument("--series", action="append", default=[], metavar="KEY=V1,V2:LABEL",
+                   help="one line per filter instead of --group-by (repeatable; a run may be on several lines), "
+                        "e.g. 'num_steps=32:grown through N'")
     p.add_argument("--reference-group", default="", metavar="LABEL",
                    help="the group (its legend label) drawn as a dotted reference line with its band, every other "
                         "line starting from its point (B26 Figs. 13-14: the base)")
@@ -920,7 +1001,7 @@ def main(argv=None) -> int:
     canonical_keys(args)
     try:
         runs = load_runs(args.runs, parse_filters(args.filter), args.only_finished)
-        grouping = Grouping(runs, args.group_by, args.label)
+        grouping = Grouping(runs, args.group_by, args.label, parse_pairs(args.relabel, "--relabel", "OLD->NEW", "->"))
         if not args.keep_duplicates:
             runs = deduplicate(runs)
         if getattr(args, "smooth", 1) < 1:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cleanrl_scaling.utils import plots
-from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs
+from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs, run_status
 
 FEATURE_FILE = re.compile(r"iter_(\d+)\.npz$")
 
@@ -90,14 +90,14 @@ def label_of(config: dict, keys: list) -> str:
     return ", ".join(f"{k}={config_value_or(config, k, '?')}" for k in keys)
 
 
-def load_runs(roots: list, group_by: list, env_id: str = "") -> list:
+def load_runs(roots: list, group_by: list, env_id: str = "", only_finished: bool = False) -> list:
     runs = []
     for root in roots:
         if not os.path.isdir(root):
             raise UsageError(f"{root}: no such directory (give the directories that hold the run directories)")
         for run_dir in sorted(run_dirs(root)):
             files = sorted(glob.glob(os.path.join(run_dir, "features", "iter_*.npz")))
-            if not files:
+            if not files or (only_finished and run_status(run_dir) != "finished"):
                 continue
             config = read_json(os.path.join(run_dir, "config.json")) or {}
             if env_id and config_value_or(config, "env_id", "") != env_id:
@@ -237,6 +237,7 @@ def parse_args(argv=None):
                    "PREFIX_scatter.png (and .pdf)")
     p.add_argument("--group-by", nargs="*", default=[], metavar="KEY", help="config.json keys naming a configuration")
     p.add_argument("--env-id", default="", help="only the runs of this environment (one embedding per game)")
+    p.add_argument("--only-finished", action="store_true", help="ignore runs whose summary.json is not finished")
     p.add_argument("--bins", type=int, default=50, help="grid cells per axis (M25 B.7's B)")
     p.add_argument("--points-per-iteration", type=int, default=0,
                    help="points kept from every saved iteration (0 = the smallest saved count)")
@@ -262,7 +263,7 @@ def main(argv=None) -> int:
             raise UsageError(f"--points-per-iteration must be >= 0 (got {args.points_per_iteration})")
         if args.n_neighbors < 2:
             raise UsageError(f"--n-neighbors must be >= 2 (got {args.n_neighbors})")
-        runs = load_runs(args.runs, args.group_by, args.env_id)
+        runs = load_runs(args.runs, args.group_by, args.env_id, args.only_finished)
         points = equalise(runs, args.points_per_iteration, args.seed)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -51,7 +51,8 @@ def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4):
 
 
 def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, logx: bool = False,
-                hline_legend: str = "reference", styles: dict = None, palette: dict = None) -> plt.Figure:
+                hline_legend: str = "reference", styles: dict = None, palette: dict = None,
+                legend_title: str = "") -> plt.Figure:
     """panels: [{"title", "xlabel", "ylabel", "series": {label: (x, mean, lo, hi)}, "hlines": [(value, text)],
     "hbands": [(lo, hi, text)], "logy": bool, "marker": a matplotlib marker or None, "errorbars": bool}]; one colour
     per label across panels (palette: {label: colour} overrides); lo/hi may be None (no band). A series of one point,
@@ -114,7 +115,8 @@ def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, log
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     if handles:
-        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9)
+        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9,
+                   title=legend_title or None, title_fontsize=9)
     return fig
 
 
