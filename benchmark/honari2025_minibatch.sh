@@ -58,4 +58,5 @@ for ENV_ID in "${ENV_IDS[@]}"; do
 done
 "$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter minibatch_size=50,1000 \
   --group-by minibatch_size --label "500x100 : {minibatch_size}-sample minibatches" --at 10 50 100 \
+  --dashed "500x100 : 1000-sample minibatches" \
   --title "H25 Fig. 2: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig2"

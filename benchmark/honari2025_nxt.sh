@@ -62,5 +62,5 @@ for ENV_ID in "${ENV_IDS[@]}"; do
     --out "$OUT_DIR/honari2025_nxt_$ENV_ID"
 done
 "$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter num_envs=1000,100 \
-  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 \
+  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 --dashed 100x500 \
   --title "H25 Fig. 3: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig3"

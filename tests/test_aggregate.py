@@ -489,3 +489,16 @@ def test_series_put_both_grown_arms_on_one_axis_and_relabel_renames(tmp_path):
                            "--relabel", "1024->N 1024", "--out", str(out)]) == 0
     assert [r["group"] for r in read_csv(f"{out}.csv")] == ["64", "N 1024"]
     assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--relabel", "no arrow", "--out", str(out)]) == 2
+
+
+def test_kl_profile_draws_one_style_per_setting_and_one_colour_per_phase():
+    """H25 Fig. 3: 1000x50 solid, 100x500 dashed; the k-th phase of every run shares the k-th colour."""
+    rows = [{"env_id": "Walker2d-v4", "group": group, "run": f"Walker2d-v4__ppo__{seed}__1", "pct_of_training": phase,
+             "kind": kind, "pct_of_update": x, "kl": 1e-3 * (1 + x)}
+            for group, seed in (("100x500", 1), ("1000x50", 4)) for phase in (10.0, 50.0) for kind in ("seq", "ref")
+            for x in (50.0, 100.0)]
+    fig = aggregate.draw_kl_profile(rows, dashed=["100x500"])
+    lines = {line.get_label(): line for line in fig.axes[0].lines}
+    assert set(lines) == {"100x500 @ 10%", "100x500 @ 50%", "1000x50 @ 10%", "1000x50 @ 50%"}
+    assert lines["100x500 @ 10%"].get_linestyle() == "--" and lines["1000x50 @ 10%"].get_linestyle() == "-"
+    assert lines["100x500 @ 50%"].get_color() == lines["1000x50 @ 50%"].get_color() != lines["1000x50 @ 10%"].get_color()

@@ -768,12 +768,13 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
                         rows += [{"env_id": env_id, "group": label, "run": os.path.basename(run.path),
                                   "global_step": p["global_step"], "pct_of_training": phase, "kind": kind, "j": int(j),
                                   "pct_of_update": 100.0 * j / len(kl), "kl": v} for j, v in zip(steps, kl)]
-    return {"fig": draw_kl_profile(rows, args.title, args.xlabel), "rows": rows}
+    return {"fig": draw_kl_profile(rows, args.title, args.xlabel, args.dashed), "rows": rows}
 
 
-def draw_kl_profile(rows: list, title: str = "", xlabel: str = "") -> "plots.plt.Figure":
+def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list = ()) -> "plots.plt.Figure":
     """The kl-profile figure from its CSV rows: seq KL on top, ref KL below, one column per task; as H25 Figs. 2-3
-    draw it, one line style per setting (solid, dashed, ...) and one colour per phase of training."""
+    draw it, one line style per setting and one colour per phase of training: the `dashed` settings dashed, the
+    others solid (without `dashed`: solid, dashed, dotted, ... in the settings' order)."""
     envs = sorted({r["env_id"] for r in rows})
     groups = list(dict.fromkeys(r["group"] for r in rows))
     runs_of = {}  # the runs drawn per task and setting: their seeds are named only when there are several
@@ -798,7 +799,8 @@ def draw_kl_profile(rows: list, title: str = "", xlabel: str = "") -> "plots.plt
         series.setdefault((r["kind"], r["env_id"], name), []).append((float(r["pct_of_update"]), float(r["kl"])))
         if name not in styles:
             labels.append(name)
-            styles[name] = {"ls": line_styles[groups.index(r["group"]) % len(line_styles)]}
+            style = ("--" if r["group"] in dashed else "-") if dashed else line_styles[groups.index(r["group"]) % 4]
+            styles[name] = {"ls": style}
             palette[name] = phase_colors[phases_of[r["run"]].index(phase)]
     for (kind, env_id, name), points in series.items():
         x, y = (np.array(v) for v in zip(*sorted(points)))
@@ -971,6 +973,8 @@ def parse_args(argv=None):
                                                             "(kl_profile.jsonl)")
     p.add_argument("--at", nargs="+", type=float, default=[10.0, 50.0, 100.0], metavar="PCT",
                    help="phases of training shown: the profiled update nearest to each %% of the run's steps")
+    p.add_argument("--dashed", nargs="*", default=[], metavar="LABEL",
+                   help="settings (legend labels) drawn dashed, the others solid (H25 Fig. 3: 100x500 dashed)")
     p.add_argument("--select", choices=["best", "all"], default="best",
                    help="the best run of each setting (H25), or every run")
     p.add_argument("--select-metric", default="charts/episodic_return", help="what 'best' ranks runs by")

@@ -124,10 +124,13 @@ def coverage_curve(game: str) -> None:
 
 
 def kl_profiles() -> None:
-    for name, title in (("honari2025_fig2", "H25 Fig. 2: KL within one update, best run per setting"),
-                        ("honari2025_fig3", "H25 Fig. 3: KL within one update, best run per setting")):
+    for name, title, dashed in (
+            ("honari2025_fig2", "H25 Fig. 2: KL within one update, best run per setting",
+             ["500x100 : 1000-sample minibatches"]),
+            ("honari2025_fig3", "H25 Fig. 3: KL within one update, best run per setting", ["100x500"])):
         rows = pd.read_csv(os.path.join(HERE, f"{name}.csv.gz")).to_dict("records")
-        save(aggregate.draw_kl_profile(rows, title + " (line style: setting; colour: phase of training)"), name)
+        save(aggregate.draw_kl_profile(rows, title + " (line style: setting; colour: phase of training)", dashed=dashed),
+             name)
 
 
 def main() -> int:
