@@ -32,7 +32,7 @@ die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2
 # seeds' range below 5 (docs/pipeline.md#bands)
 BAND=${BAND:-auto}
 case "$BAND" in
-  auto) BAND_TEXT="mean and 95% CI or range over seeds" ;;
+  auto) BAND_TEXT="mean; 95% CI from 5 seeds, else the seeds' range" ;;
   range) BAND_TEXT="mean and range over seeds" ;;
   bootstrap) BAND_TEXT="mean and bootstrap 95% CI over seeds" ;;
   ci95) BAND_TEXT="mean and 95% CI over seeds" ;;
@@ -82,5 +82,5 @@ launch() {  # launch [launcher options] -- [flags for every run]
 aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN and SLURM)
   [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
   local command=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished --band "$BAND" "$@"
 }

@@ -25,7 +25,7 @@ launch mayor2025_fig8_mujoco "${SETS[@]}" --
 ARMS=(--filter "scaling_recipe=none,larger-minibatches" --filter update_epochs=10)  # not Fig. 9's other recipes, not Fig. 10
 aggregate curves mayor2025_fig8_mujoco "${ARMS[@]}" --filter "num_steps=$BASE_STEPS,$(IFS=,; echo "${STEPS[*]}")" \
   --metric charts/episodic_return --smooth 10 --group-by num_envs num_steps --label "N={num_envs} x T={num_steps}" \
-  --x global_step --title "M25 Fig. 8 on MuJoCo: the batch grown through N or T (mean and 95% CI, 3 seeds)"
+  --x global_step --title "M25 Fig. 8 on MuJoCo: the batch grown through N or T (mean and range, 3 seeds)"
 # both arms on one axis, each line starting from the shared base (N = $BASE_ENVS, T = $BASE_STEPS)
 aggregate sweep mayor2025_fig8_mujoco_by_batch "${ARMS[@]}" --metric charts/episodic_return --stat final \
   --x-key batch_size --series "num_steps=$BASE_STEPS:grown through N (T = $BASE_STEPS)" \
