@@ -461,7 +461,8 @@ def test_one_point_draws_error_bars_and_the_reference_group_is_a_line(tmp_path):
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert len(bars) == 2  # the two recipes; the base is the reference line
     lines = {c.get_label(): c.lines[0].get_xydata().tolist() for c in bars}
-    assert lines == {"larger-minibatches": [[64, 101.5], [1024, 201.5]], "more-minibatches": [[64, 101.5], [1024, 51.5]]}
+    assert lines == {"larger-minibatches": [[64, 101.5], [1024, 201.5]],
+                     "more-minibatches": [[64, 101.5], [1024, 51.5]]}
     reference = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert [line.get_ydata()[0] for line in reference] == [101.5]
     from cleanrl_scaling.utils import plots
@@ -485,8 +486,8 @@ def test_series_put_both_grown_arms_on_one_axis_and_relabel_renames(tmp_path):
     got = {(r["group"], int(r["batch_size"])): float(r["mean"]) for r in read_csv(f"{out}.csv")}
     assert got == {("through N", 2048): 10.0, ("through N", 32768): 4.0, ("through T", 2048): 10.0,
                    ("through T", 32768): 6.0}
-    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--group-by", "num_envs", "--label", "{num_envs}",
-                           "--relabel", "1024->N 1024", "--out", str(out)]) == 0
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--group-by", "num_envs", "--label",
+                           "{num_envs}", "--relabel", "1024->N 1024", "--out", str(out)]) == 0
     assert [r["group"] for r in read_csv(f"{out}.csv")] == ["64", "N 1024"]
     assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--relabel", "no arrow", "--out", str(out)]) == 2
 
@@ -501,4 +502,5 @@ def test_kl_profile_draws_one_style_per_setting_and_one_colour_per_phase():
     lines = {line.get_label(): line for line in fig.axes[0].lines}
     assert set(lines) == {"100x500 @ 10%", "100x500 @ 50%", "1000x50 @ 10%", "1000x50 @ 50%"}
     assert lines["100x500 @ 10%"].get_linestyle() == "--" and lines["1000x50 @ 10%"].get_linestyle() == "-"
-    assert lines["100x500 @ 50%"].get_color() == lines["1000x50 @ 50%"].get_color() != lines["1000x50 @ 10%"].get_color()
+    color = {name: line.get_color() for name, line in lines.items()}
+    assert color["100x500 @ 50%"] == color["1000x50 @ 50%"] != color["1000x50 @ 10%"]

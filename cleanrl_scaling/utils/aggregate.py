@@ -1019,7 +1019,8 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    paths = (plots.save(result["fig"], prefix) if result["fig"] is not None else []) + [write_csv(result["rows"], prefix)]
+    paths = plots.save(result["fig"], prefix) if result["fig"] is not None else []  # table: no figure
+    paths.append(write_csv(result["rows"], prefix))
     if "markdown" in result:
         paths.append(write_text(result["markdown"], f"{prefix}.md"))
         print(result["markdown"], end="")

@@ -69,7 +69,8 @@ def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, log
             if label not in panel["series"]:
                 continue
             x, mean, lo, hi = panel["series"][label]
-            style = {"color": palette[label], "lw": 1.6, "marker": panel.get("marker"), "ms": 4, **styles.get(label, {})}
+            style = {"color": palette[label], "lw": 1.6, "marker": panel.get("marker"), "ms": 4,
+                     **styles.get(label, {})}
             has_band = lo is not None and np.isfinite(lo).any()
             if has_band and (len(x) == 1 or panel.get("errorbars")):
                 below, above = np.asarray(mean) - np.asarray(lo), np.asarray(hi) - np.asarray(mean)

@@ -129,19 +129,21 @@ def kl_profiles() -> None:
              ["500x100 : 1000-sample minibatches"]),
             ("honari2025_fig3", "H25 Fig. 3: KL within one update, best run per setting", ["100x500"])):
         rows = pd.read_csv(os.path.join(HERE, f"{name}.csv.gz")).to_dict("records")
-        save(aggregate.draw_kl_profile(rows, title + " (line style: setting; colour: phase of training)", dashed=dashed),
-             name)
+        title += " (line style: setting; colour: phase of training)"
+        save(aggregate.draw_kl_profile(rows, title, dashed=dashed), name)
 
 
 def main() -> int:
     com = {f"com{a}": f"{a}" for a in (2, 32)}
     com.update({f"com{a}_to_{b}": f"{b} ({a})" for a in (2, 32) for b in (2, 32)})
     dashed = {label: {"ls": "--"} for key, label in com.items() if "_to_" in key}
-    for name, ylabel in (("beukman2026_fig3a", "solve rate"), ("beukman2026_fig3a_train", "solve rate, training episodes")):
+    for name, ylabel in (("beukman2026_fig3a", "solve rate"),
+                         ("beukman2026_fig3a_train", "solve rate, training episodes")):
         curves(name, ("B26 Fig. 3a: reloaded with another COM" if name.endswith("3a") else
                       "B26 Fig. 3a from the training episodes") + " (mean and range over seeds)", ylabel, relabel=com,
                styles=dashed, legend_title="COM (starting COM)")
-    curves("beukman2026_fig1a", "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus (mean and range over seeds)", "solve rate")
+    curves("beukman2026_fig1a", "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus (mean and range over seeds)",
+           "solve rate")
     for env_id in ("Ant-v4", "Humanoid-v4"):
         b26_mujoco(env_id)
     coverage_curve("Qbert-v5")
