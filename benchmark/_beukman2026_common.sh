@@ -3,7 +3,7 @@
 # (launch ...) + the figure (aggregate ...). A figure script may set SCRIPT (the training script, default
 # ppo_ewma_jax2d.py) before sourcing this file.
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python),
-# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (ci95: the band of
+# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (auto: the band of
 # the figures that use it; minmax, std, none), DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a
 # Slurm array (the bundled template) and draws nothing (run the script again once the array has finished to draw).
 # SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
@@ -28,15 +28,18 @@ EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
 
-# the band of the curve figures that pass --band "$BAND": a 95% Student-t CI at the paper's 5 seeds; the laptop grids
-# (2 seeds: a t CI 12.7 standard errors wide) set BAND=minmax, the range of the seeds
-BAND=${BAND:-ci95}
+# the band of the curve figures that pass --band "$BAND": auto = a 95% Student-t CI from 5 seeds (the paper's), the
+# seeds' range below 5 (docs/pipeline.md#bands)
+BAND=${BAND:-auto}
 case "$BAND" in
+  auto) BAND_TEXT="mean; 95% CI from 5 seeds, else the seeds' range" ;;
+  range) BAND_TEXT="mean and range over seeds" ;;
+  bootstrap) BAND_TEXT="mean and bootstrap 95% CI over seeds" ;;
   ci95) BAND_TEXT="mean and 95% CI over seeds" ;;
   minmax) BAND_TEXT="mean and range over seeds" ;;
   std) BAND_TEXT="mean and std over seeds" ;;
   none) BAND_TEXT="mean over seeds" ;;
-  *) die "BAND=$BAND: must be ci95, minmax, std or none" ;;
+  *) die "BAND=$BAND: must be auto, range, bootstrap, ci95, minmax, std or none" ;;
 esac
 
 positive_int() {  # positive_int NAME VALUE
@@ -79,5 +82,5 @@ launch() {  # launch [launcher options] -- [flags for every run]
 aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN and SLURM)
   [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
   local command=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished --band "$BAND" "$@"
 }

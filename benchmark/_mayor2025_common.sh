@@ -40,10 +40,10 @@ launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
 
 figure() {  # figure NAME GROUP_BY LABEL: IQM of human-normalised final returns, and learning curves
   [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --metric charts/episodic_return \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --only-finished --metric charts/episodic_return \
     --normalize atari-human --group-by $2 --label "$3" --title "M25 $1: human-normalised IQM (95% CI)" \
     --out "$OUT_DIR/mayor2025_$1_iqm"
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --metric charts/episodic_return \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --only-finished --metric charts/episodic_return \
     --normalize atari-human --over-time --group-by $2 --label "$3" --title "M25 $1: IQM over training" \
     --out "$OUT_DIR/mayor2025_$1_iqm_curves"
 }

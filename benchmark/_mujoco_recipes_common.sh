@@ -4,7 +4,7 @@
 # The base configuration is CleanRL's update spread over envs: N = 64 envs x T = 32 steps = CleanRL's 2048-sample
 # batch, 32 minibatches of 64, 10 epochs, lr 3e-4; the script's default mode (a time-limit truncation bootstraps).
 # The three scripts share RUNS_DIR: a grid point two figures need (same flags) runs once (--skip-finished).
-# Return curves: per run, a trailing mean over 10 logged steps (64 envs end ~1 episode per step), then mean and CI.
+# Return curves: per run, a trailing mean over 10 logged steps (64 envs end ~1 episode per step), then the mean and the seeds' range.
 # Environment: SCALE (paper | laptop), RUNS_DIR (runs/mujoco_recipes), OUT_DIR (runs/figures), WORKERS (1), PYTHON,
 # SEEDS ("1 2 3"), ENV_IDS ("Ant-v4 Humanoid-v4"), TOTAL (steps per run), NUM_ENVS_LIST, DRY_RUN=1 (print the
 # commands, draw nothing), SLURM=1 (submit a Slurm array from the bundled template instead of running here),

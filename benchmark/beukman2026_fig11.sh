@@ -27,7 +27,7 @@ launch --job-name beukman2026_fig11 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}
   --sweep "preset=$(IFS=,; echo "${PRESETS[*]}")" -- --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by preset --label "{preset} envs" \
   --x global_step --logx --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 11: SFL on Kinetix, random levels (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig11"
+  --title "B26 Fig. 11: SFL on Kinetix, random levels ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig11"
 aggregate curves --metric charts/solve_rate_handmade --panel-by env_size --group-by preset --label "{preset} envs" \
   --x global_step --logx --ylabel "solve rate (hand-designed levels)" \
   --title "B26 Fig. 20: SFL on Kinetix, hand-designed levels (the Fig. 11 runs)" --out "$OUT_DIR/beukman2026_fig20"

@@ -25,7 +25,7 @@ launch --job-name beukman2026_fig15 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}
   -- --preset 1m --scaling-recipe none --lr-scaling sqrt --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by num_minibatches \
   --label "{num_minibatches} minibatches" --x global_step --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 15: 1M envs, number of minibatches (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig15"
+  --title "B26 Fig. 15: 1M envs, number of minibatches ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig15"
 aggregate sweep --metric charts/SPS --stat last --x-key num_minibatches --group-by env_size --label "{env_size}" \
   --logx --xlabel "minibatches" --ylabel "steps per second" \
   --title "B26 Fig. 16a: steps per second against minibatches (the Fig. 15 runs)" --out "$OUT_DIR/beukman2026_fig16a"

@@ -26,7 +26,7 @@ for lr in map(float, sys.argv[1:]):
 PY
 )
 
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --metric charts/neg_distance \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --metric charts/neg_distance \
   --group-by learning_rate --label "step size {learning_rate}" --x global_step \
   --xlabel "gradient steps" --ylabel "-||x - x*||" \
   --title "B26 Fig. 1b: noisy convex optimisation (d=50, 5 seeds, mean and 95% CI)" \

@@ -28,8 +28,9 @@ for lr in map(float, sys.argv[1:]):
 PY
 )
 
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished \
   --metric diagnostics/update_size charts/neg_distance --ncols 2 --logy diagnostics/update_size \
   --group-by learning_rate --label "step size {learning_rate}" --x global_step --xlabel "gradient steps" \
-  --title "B26 Fig. 2a: update size ||x_t - x_(t-1)|| and -||x_t - x*|| (5 seeds, mean and 95% CI)" \
+  --metric-label "diagnostics/update_size=update size" --metric-label "charts/neg_distance=distance to the optimum (negated)" \
+  --title "B26 Fig. 2a: update size ||x_t - x_(t-1)|| and negated distance -||x_t - x*|| (5 seeds, mean and 95% CI)" \
   "${HLINES[@]}" --hline-legend "closed-form stationary update size (dotted)" --out "$OUT_DIR/beukman2026_fig2a"

@@ -59,10 +59,16 @@ else
   echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
 fi
 
-aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step \
+# legend as B26 Fig. 3a: COM (starting COM); the reloaded runs dashed
+LEGEND=(--legend-title "COM (starting COM)")
+for from in "${COMS[@]}"; do
+  LEGEND+=(--relabel "com$from->$from")
+  for to in "${COMS[@]}"; do LEGEND+=(--relabel "com${from}_to_$to->$to ($from)" --style "$to ($from)=--"); done
+done
+aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate" --title "B26 Fig. 3a: reloaded with another COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a"
 # the same from every training episode (thousands per update; the evaluation above is one episode per task)
-aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step \
+aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate, training episodes" --title "B26 Fig. 3a from the training episodes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a_train"

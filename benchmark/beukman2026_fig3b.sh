@@ -14,7 +14,8 @@ HIGH=0.3
 LOW=0.03
 SWITCH=500
 
-# Legend as in B26 Fig. 3: the step size at the end, and the one it started from
+# Legend as in B26 Fig. 3: the step size at the end, and the one it started from; the switched runs are dashed,
+# since each overlaps a fixed run (the same seeds) until the switch
 "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/noisy_sgd.py --job-name beukman2026_fig3b \
   --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished \
   --flag-set "--exp-name lr$HIGH --learning-rate $HIGH" \
@@ -27,11 +28,14 @@ mapfile -t HLINES < <("$PYTHON" - "$HIGH" "$LOW" <<'PY'
 import sys
 from cleanrl_scaling.noisy_sgd import default_noise_std, plateau
 for lr in map(float, sys.argv[1:]):
-    print(f"--hline=-{plateau(lr, default_noise_std(50), 50)['distance']:.4f}:lr{lr:g}")
+    print(f"--hline=-{plateau(lr, default_noise_std(50), 50)['distance']:.4f}:{lr:g}")
 PY
 )
 
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --metric charts/neg_distance \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --metric charts/neg_distance \
   --x global_step --xlabel "gradient steps" --ylabel "-||x - x*||" --ylim -1.6 0.05 \
   --title "B26 Fig. 3b: step size switched at step $SWITCH (5 seeds, mean and 95% CI)" \
+  --relabel "lr$HIGH->$HIGH" --relabel "lr$LOW->$LOW" --relabel "lr${LOW}_from_$HIGH->$LOW ($HIGH)" \
+  --relabel "lr${HIGH}_from_$LOW->$HIGH ($LOW)" --legend-title "step size (starting step size)" \
+  --style "$LOW ($HIGH)=--" --style "$HIGH ($LOW)=--" \
   "${HLINES[@]}" --hline-legend "closed-form plateau (dotted)" --out "$OUT_DIR/beukman2026_fig3b"

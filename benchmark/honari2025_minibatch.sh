@@ -50,12 +50,13 @@ COMPAT=(--cleanrl-compat)
 [[ -n "${DRY_RUN:-}" ]] && exit 0
 
 for ENV_ID in "${ENV_IDS[@]}"; do
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --filter "env_id=$ENV_ID" \
     --metric charts/episodic_return --group-by minibatch_size \
-    --label "500x100 : {minibatch_size}-sample minibatches" --x global_step --band std \
-    --title "H25 Fig. 1 top: $ENV_ID, minibatch size (4 seeds, mean and std)" \
+    --label "500x100 : {minibatch_size}-sample minibatches" --x global_step \
+    --title "H25 Fig. 1 top: $ENV_ID, minibatch size (4 seeds, mean and range)" \
     --out "$OUT_DIR/honari2025_minibatch_$ENV_ID"
 done
-"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --filter minibatch_size=50,1000 \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter minibatch_size=50,1000 \
   --group-by minibatch_size --label "500x100 : {minibatch_size}-sample minibatches" --at 10 50 100 \
+  --dashed "500x100 : 1000-sample minibatches" \
   --title "H25 Fig. 2: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig2"

@@ -55,12 +55,12 @@ COMPAT=(--cleanrl-compat)
 [[ -n "${DRY_RUN:-}" ]] && exit 0
 
 for ENV_ID in "${ENV_IDS[@]}"; do
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --filter "env_id=$ENV_ID" \
     --metric charts/episodic_return --group-by num_envs num_steps \
-    --label "{num_envs}x{num_steps}" --x global_step --band std \
-    --title "H25 Fig. 1 bottom: $ENV_ID, envs x rollout length (4 seeds, mean and std)" \
+    --label "{num_envs}x{num_steps}" --x global_step \
+    --title "H25 Fig. 1 bottom: $ENV_ID, envs x rollout length (4 seeds, mean and range)" \
     --out "$OUT_DIR/honari2025_nxt_$ENV_ID"
 done
-"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --filter num_envs=1000,100 \
-  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter num_envs=1000,100 \
+  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 --dashed 100x500 \
   --title "H25 Fig. 3: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig3"
