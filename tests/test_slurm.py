@@ -1,0 +1,287 @@
+"""A real single-node Slurm (munged, slurmctld, slurmd started here as background processes) running the figure
+scripts' Slurm path: an array submitted by SLURM=1 and drawn by DRAW_ONLY=1; a cancelled array continued from its
+checkpoints by RESUME=1; a job that hits its time limit continued the same way (slow); sfl_kinetix_jax.py
+--distributed as 2 Slurm tasks of one run (slow). docs/cluster.md.
+
+The module skips with one line where the daemons are not installed (.ci/run installs Debian's slurmctld, slurmd,
+munge and slurm-client) or do not start. The cluster is one node, this machine, with its CPUs; no cgroups (they are
+not available in every container): proctrack/linuxproc tracks a job's processes by parentage, task/none binds none,
+memory is not a consumable resource (CR_CPU)."""
+import glob
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def memory_mb() -> int:
+    """Most of this machine's memory, in MB (slurmd refuses a node configured with more than it has)."""
+    with open("/proc/meminfo") as f:
+        total_kb = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+    return int(total_kb / 1024 * 0.9)
+
+
+def slurm_conf(root: pathlib.Path, host: str, cpus: int) -> str:
+    return f"""ClusterName=cleanrltest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge.socket
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+MailProg=/bin/true
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerParameters=sched_interval=1
+ReturnToService=2
+KillWait=30
+MinJobAge=600
+InactiveLimit=0
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb()} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def node_state() -> str:
+    out = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """Start munged, slurmctld and slurmd in a temporary directory; yield it; stop them (and every job) after."""
+    missing = [b for b in DAEMONS + CLIENTS if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"no single-node Slurm here (missing {' '.join(missing)}; apt-get install slurmctld slurmd munge "
+                    "slurm-client)")
+    if os.geteuid() != 0:
+        pytest.skip("the single-node Slurm runs its daemons as root; run as root to test it")
+    root = tmp_path_factory.mktemp("slurm")
+    for sub in ("state", "spool"):
+        (root / sub).mkdir()
+    key = root / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    host = socket.gethostname().split(".")[0]
+    cpus = len(os.sched_getaffinity(0))
+    conf = root / "slurm.conf"
+    conf.write_text(slurm_conf(root, host, cpus))
+    old_conf = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(conf)  # every client (and the figure scripts' sbatch/squeue) talks to this cluster
+    procs = []
+
+    def start(name, argv):
+        log = open(root / f"{name}.out", "w")
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    try:
+        start("munged", ["munged", "--foreground", "--force", f"--socket={root}/munge.socket", f"--key-file={key}",
+                         f"--pid-file={root}/munged.pid", f"--seed-file={root}/munged.seed",
+                         f"--log-file={root}/munged.log"])
+        deadline = time.time() + 15
+        while not (root / "munge.socket").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)])
+        start("slurmd", ["slurmd", "-D", "-f", str(conf)])
+        deadline = time.time() + 60
+        while time.time() < deadline and node_state() != "idle":
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.5)
+        if node_state() != "idle":
+            logs = " | ".join((root / f"{n}.out").read_text().strip().splitlines()[-1:][0] if (root / f"{n}.out")
+                              .read_text().strip() else n for n in DAEMONS)
+            pytest.skip(f"the single-node Slurm did not start (node state {node_state()!r}): {logs[-300:]}")
+        yield root
+    finally:
+        subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if old_conf is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old_conf
+
+
+def figure_script(script: str, **env) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHON=sys.executable, **{k: str(v) for k, v in env.items()})
+    return subprocess.run(["bash", str(REPO / "benchmark" / script)], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def submitted(out: str) -> list:
+    return re.findall(r"Submitted batch job (\d+)", out)
+
+
+def array_tasks(job_id: str) -> dict:
+    """{array task id: state} of a job the controller still remembers (MinJobAge)."""
+    out = subprocess.run(["scontrol", "--oneliner", "show", "job", job_id], capture_output=True, text=True, timeout=30)
+    tasks = {}
+    for line in out.stdout.splitlines():
+        task, state = re.search(r"ArrayTaskId=(\S+)", line), re.search(r"JobState=(\S+)", line)
+        if task and state:
+            tasks[task.group(1)] = state.group(1)
+    return tasks
+
+
+def wait_for_jobs(job_ids: list, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i %T %r", f"--jobs={','.join(job_ids)}"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and not out.stdout.strip():
+            return
+        time.sleep(1)
+    raise AssertionError(f"jobs {job_ids} still queued after {timeout:.0f}s: {out.stdout}")
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def summaries(runs_dir) -> dict:
+    return {os.path.basename(os.path.dirname(p)): json.load(open(p))
+            for p in glob.glob(os.path.join(runs_dir, "*", "summary.json"))}
+
+
+def test_figure_grid_runs_as_an_array_and_is_drawn_by_draw_only(slurm, tmp_path):
+    """B26 Fig. 1b (noisy_sgd, 4 runs of seconds) through SLURM=1 with every knob; a rerun while the array is queued
+    is refused; once it has run, DRAW_ONLY=1 draws the figure from its runs and launches nothing."""
+    runs, out_dir = tmp_path / "runs", tmp_path / "figures"
+    knobs = dict(RUNS_DIR=runs, OUT_DIR=out_dir, SLURM_PARTITION="debug", SLURM_CPUS=1, SLURM_MEM="1G",
+                 SLURM_TIME="00:10:00", MAX_PARALLEL=2, SLURM_EXTRA="--comment=cleanrl-test;--hold")
+    sub = figure_script("beukman2026_fig1b.sh", SLURM=1, **knobs)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    (job,) = submitted(sub.stdout)
+    (sbatch,) = glob.glob(str(runs / "_launcher" / "*" / "beukman2026_fig1b.sbatch"))
+    text = open(sbatch).read()
+    for line in ("#SBATCH --partition=debug", "#SBATCH --array=0-3%2", "#SBATCH --cpus-per-task=1",
+                 "#SBATCH --mem=1G", "#SBATCH --time=00:10:00", "#SBATCH --comment=cleanrl-test", "#SBATCH --hold"):
+        assert line in text, line
+    # held in the queue (--hold): a plain rerun would start its runs a second time here, so it is refused
+    again = figure_script("beukman2026_fig1b.sh", **knobs)
+    assert again.returncode == 2 and "named beukman2026_fig1b are still queued" in again.stderr, again.stderr
+    assert len(os.listdir(runs / "_launcher")) == 1 and not out_dir.exists()
+    subprocess.run(["scontrol", "release", job], check=True, timeout=30)
+    wait_for_jobs([job], timeout=240)
+    assert array_tasks(job) == {str(i): "COMPLETED" for i in range(4)}
+    done = summaries(runs)
+    assert len(done) == 20 and all(s["status"] == "finished" for s in done.values())  # 4 step sizes x 5 seeds
+    logs = glob.glob(str(runs / "_launcher" / "*" / f"beukman2026_fig1b_{job}_*.log"))
+    assert len(logs) == 4  # one log per array task
+
+    draw = figure_script("beukman2026_fig1b.sh", DRAW_ONLY=1, SLURM=1, **knobs)
+    assert draw.returncode == 0, draw.stderr
+    assert (out_dir / "beukman2026_fig1b.png").stat().st_size > 0
+    assert len(os.listdir(runs / "_launcher")) == 1 and not submitted(draw.stdout)  # nothing launched
+    assert len(summaries(runs)) == 20
+
+
+MUJOCO = dict(SCALE="laptop", ENV_IDS="Hopper-v4", SEEDS=1, NUM_ENVS_LIST="64 128", CHECKPOINT_EVERY=1,
+              SLURM_CPUS=1, SLURM_MEM="2G")
+
+
+def resumed_from(log_text: str) -> int:
+    found = re.search(r"resuming from iteration (\d+)", log_text)
+    return int(found.group(1)) if found else -1
+
+
+def test_cancelled_array_continues_from_its_checkpoints_with_resume(slurm, tmp_path):
+    """M25 Fig. 8 on MuJoCo (3 tiny runs, one at a time): scancel once the first run has written its first
+    checkpoint; RESUME=1 SLURM=1 resubmits the 3 points, the cancelled one continuing from its checkpoint in its old
+    run directory (iteration > 0), and all finish."""
+    runs = tmp_path / "runs"
+    env = dict(MUJOCO, RUNS_DIR=runs, TOTAL=12288, SLURM_TIME="00:10:00")  # 6 updates of 64x32, 3 of the others
+    sub = figure_script("mayor2025_fig8_mujoco.sh", SLURM=1, MAX_PARALLEL=1, **env)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    (job,) = submitted(sub.stdout)
+    ckpt = wait_for(lambda: glob.glob(str(runs / "*" / "checkpoints" / "latest.ckpt")), 300, "the first checkpoint")
+    subprocess.run(["scancel", job], check=True, timeout=30)
+    wait_for_jobs([job], timeout=120)
+    (run_dir,) = {os.path.dirname(os.path.dirname(p)) for p in ckpt}
+    stopped = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert stopped["status"] == "interrupted" and 0 < stopped["iteration"] < 6  # checkpointed on Slurm's SIGTERM
+    assert set(array_tasks(job).values()) == {"CANCELLED"}
+
+    again = figure_script("mayor2025_fig8_mujoco.sh", SLURM=1, RESUME=1, **env)
+    assert again.returncode == 0 and "3 run(s), 0 skipped as finished, 1 resumed from checkpoints" in again.stdout, \
+        again.stdout + again.stderr
+    (job2,) = submitted(again.stdout)
+    wait_for_jobs([job2], timeout=600)
+    assert set(array_tasks(job2).values()) == {"COMPLETED"}, array_tasks(job2)
+    logs = "".join(open(p).read() for p in glob.glob(str(runs / "_launcher" / "*" / f"*_{job2}_*.log")))
+    assert resumed_from(logs) == stopped["iteration"] > 0
+    done = summaries(runs)
+    assert len(done) == 3 and all(s["status"] == "finished" for s in done.values())  # the resumed one in its old dir
+    assert done[os.path.basename(run_dir)]["iteration"] == 6
+
+
+@pytest.mark.slow
+def test_job_at_its_time_limit_is_continued_by_resume(slurm, tmp_path):
+    """A run longer than its 1-minute limit: Slurm's SIGTERM at the limit makes it checkpoint (state TIMEOUT);
+    RESUME=1 resubmits it from that checkpoint (then cancelled: the continuation is what is checked). ~3 minutes."""
+    runs = tmp_path / "runs"
+    env = dict(MUJOCO, RUNS_DIR=runs, TOTAL=2048 * 400, MAX_PARALLEL=1, CHECKPOINT_EVERY=1000)
+    sub = figure_script("mayor2025_fig8_mujoco.sh", SLURM=1, SLURM_TIME="00:01:00", **env)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    (job,) = submitted(sub.stdout)
+    wait_for(lambda: "TIMEOUT" in array_tasks(job).values(), 400, "the time limit")
+    subprocess.run(["scancel", job], check=True, timeout=30)  # the tasks not started yet
+    wait_for_jobs([job], timeout=120)
+    (first_log,) = glob.glob(str(runs / "_launcher" / "*" / f"*_{job}_0.log"))
+    ckpt = re.search(r"resume with --resume (\S+)", open(first_log).read()).group(1)  # the timed-out run's
+    stopped = json.load(open(os.path.join(os.path.dirname(os.path.dirname(ckpt)), "summary.json")))
+    assert stopped["status"] == "interrupted" and stopped["iteration"] > 0
+    again = figure_script("mayor2025_fig8_mujoco.sh", SLURM=1, RESUME=1, SLURM_TIME="00:10:00", **env)
+    assert again.returncode == 0 and re.search(r"[1-9] resumed from checkpoints", again.stdout), again.stdout + again.stderr
+    (job2,) = submitted(again.stdout)
+
+    def resumed_log():
+        for path in glob.glob(str(runs / "_launcher" / "*" / f"*_{job2}_*.log")):
+            text = open(path).read()
+            if f"--resume {ckpt}" in text and resumed_from(text) >= 0:
+                return text
+    log = wait_for(resumed_log, 300, "the resumed run")
+    subprocess.run(["scancel", job2], check=True, timeout=30)
+    assert resumed_from(log) == stopped["iteration"] > 0
