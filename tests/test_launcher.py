@@ -296,3 +296,67 @@ def test_a_stopped_launcher_forwards_sigint_to_its_runs(signum, tmp_path):
     out, err = proc.communicate(timeout=60)
     assert (tmp_path / "run.stopped").read_text() == "SIGINT", err
     assert "forwarding SIGINT to 1 running run" in err and proc.returncode == 130  # docs/pipeline.md
+
+
+def test_slurm_resources_reach_the_script(fake_script, tmp_path, capsys):
+    """Partition, GPUs, CPUs, time, memory, throttle and extra #SBATCH lines, in the bundled array template."""
+    rc = launcher.main([fake_script, "--seeds", "1", "2", "3", "--runs-dir", str(tmp_path), "--slurm-template",
+                        "--partition", "gpu", "--gpus-per-run", "2", "--cpus-per-run", "8", "--time", "1-12:00:00",
+                        "--mem", "64G", "--max-parallel", "2", "--sbatch=--account=abc", "--sbatch=--qos=high",
+                        "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    for line in ["#SBATCH --array=0-2%2", "#SBATCH --cpus-per-task=8", "#SBATCH --time=1-12:00:00", "#SBATCH --mem=64G",
+                 "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:2", "#SBATCH --account=abc", "#SBATCH --qos=high",
+                 "#SBATCH --ntasks=1"]:
+        assert line + "\n" in out, line
+    assert "slurm_template.sh" in out and "--nodes" not in out
+
+
+def test_several_nodes_or_tasks_pick_the_multinode_template(fake_script, tmp_path, capsys):
+    """One run = one srun step of --tasks-per-node processes on each of --nodes nodes, every process the same line."""
+    marker = tmp_path / "ran"
+    rc = launcher.main([fake_script, "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--slurm-template",
+                        "--nodes", "4", "--gpus-per-run", "4", "--no-submit", "--log-dir", str(tmp_path / "logs"),
+                        "--", "--marker", str(marker)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "slurm_multinode_template.sh" not in out  # --no-submit prints the rendered script
+    script = (tmp_path / "logs" / "fake_train.sbatch").read_text()
+    for line in ["#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gres=gpu:4",
+                 "srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 bash -c"]:
+        assert line in script, line
+    assert launcher.PLACEHOLDER.search(script) is None
+    # what Slurm runs for array task 0, with an srun that starts its command twice, as 2 tasks would
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text('#!/bin/bash\nshift 3\n"$@" && "$@"\n')
+    (fake_bin / "srun").chmod(0o755)
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", PATH=f"{fake_bin}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", str(tmp_path / "logs" / "fake_train.sbatch")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--seed 1" in marker.read_text() and "1 node(s)" not in done.stdout and "4 node(s)" in done.stdout
+
+
+def test_no_launch_while_a_job_of_the_same_name_is_queued(fake_script, tmp_path, capsys, monkeypatch):
+    """A rerun (local or Slurm) while the grid's array is queued or running would start its runs a second time."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "squeue").write_text('#!/bin/bash\n[[ " $* " == *" --name=mygrid "* ]] && echo 41_3 && echo 41_4\n')
+    (fake_bin / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    argv = [fake_script, "--seeds", "1", "--runs-dir", str(tmp_path / "runs")]
+    assert launcher.main(argv + ["--job-name", "mygrid"]) == 2
+    err = capsys.readouterr().err
+    assert "Slurm job(s) 41_3,41_4 named mygrid are still queued or running" in err and "DRAW_ONLY=1" in err
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+    assert launcher.main(argv + ["--job-name", "mygrid", "--dry-run"]) == 0  # printing is harmless
+    assert launcher.main(argv + ["--job-name", "other"]) == 0
+
+
+def test_slurm_resource_usage_errors_exit_2(fake_script, tmp_path, capsys):
+    base = [fake_script, "--runs-dir", str(tmp_path), "--slurm-template", "--dry-run"]
+    assert launcher.main(base + ["--gpus-per-run", "-1"]) == 2
+    assert launcher.main(base + ["--nodes", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)

@@ -185,6 +185,79 @@ def summaries(runs_dir) -> dict:
             for p in glob.glob(os.path.join(runs_dir, "*", "summary.json"))}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Without Slurm: the knobs reach the job script of every preamble, and DRAW_ONLY launches nothing
+# ---------------------------------------------------------------------------------------------------------
+KNOBS = dict(SLURM_PARTITION="gpu", SLURM_GPUS=2, SLURM_CPUS=8, SLURM_TIME="1-00:00:00", SLURM_MEM="48G",
+             MAX_PARALLEL=7, SLURM_EXTRA="--account=abc; --qos=high")
+KNOB_LINES = ["#SBATCH --partition=gpu", "#SBATCH --gres=gpu:2", "#SBATCH --cpus-per-task=8",
+              "#SBATCH --time=1-00:00:00", "#SBATCH --mem=48G", "#SBATCH --account=abc", "#SBATCH --qos=high"]
+ONE_OF_EACH = {  # one figure script per preamble, with a grid small enough to print in seconds
+    "mayor2025_fig1b.sh": dict(GAMES="Pong-v5", SEEDS=1, TOTAL=10 ** 6),
+    "beukman2026_fig4.sh": dict(SEEDS=1),
+    "mayor2025_fig8_mujoco.sh": dict(ENV_IDS="Hopper-v4", SEEDS=1),
+    "beukman2026_fig1b.sh": {},
+}
+
+
+@pytest.mark.parametrize("script", sorted(ONE_OF_EACH))
+def test_every_preamble_passes_the_slurm_knobs_through(script, tmp_path):
+    out = figure_script(script, DRY_RUN=1, SLURM=1, RUNS_DIR=tmp_path, **KNOBS, **ONE_OF_EACH[script])
+    assert out.returncode == 0, out.stderr
+    for line in KNOB_LINES:
+        assert line + "\n" in out.stdout, (script, line)
+    assert re.search(r"#SBATCH --array=0-\d+%7\n", out.stdout)
+    if script != "beukman2026_fig1b.sh":  # noisy_sgd keeps no checkpoints; the others checkpoint by default
+        runs = [line for line in out.stdout.splitlines() if "--runs-dir" in line and not line.startswith("#")]
+        assert runs and all("--checkpoint-every" in line for line in runs)
+    template = tmp_path / "mine.sh"
+    template.write_text("#SBATCH --job-name={job_name}\n#SBATCH --constraint=a100\n{sbatch_options}\n")
+    mine = figure_script(script, DRY_RUN=1, SLURM=1, SLURM_TEMPLATE=template, RUNS_DIR=tmp_path, **ONE_OF_EACH[script])
+    assert mine.returncode == 0 and "#SBATCH --constraint=a100" in mine.stdout, mine.stderr
+
+
+def test_the_large_sfl_presets_are_multinode_arrays(tmp_path):
+    """B26 Fig. 11 under SLURM=1: 2048 and 8192 one array of single-node runs; 65536 and 1m one array each, of
+    SFL_NODES_* nodes with one --distributed process per node."""
+    out = figure_script("beukman2026_fig11.sh", DRY_RUN=1, SLURM=1, RUNS_DIR=tmp_path, SEEDS=1, SIZES="s",
+                        SFL_NODES_65536=2, SFL_NODES_1M=16, SLURM_GPUS=4)
+    assert out.returncode == 0, out.stderr
+    scripts = out.stdout.split("# Slurm array script")[1:]
+    assert len(scripts) == 3
+    nodes = {re.search(r"--job-name=(\S+)", s).group(1): re.search(r"--nodes=(\d+)", s) for s in scripts}
+    assert {k: v and v.group(1) for k, v in nodes.items()} == {
+        "beukman2026_fig11_65536": "2", "beukman2026_fig11_1m": "16", "beukman2026_fig11": None}
+    runs = [line for line in out.stdout.splitlines() if "sfl_kinetix_jax.py" in line and not line.startswith("#")]
+    large = [line for line in runs if re.search(r"--preset (65536|1m)", line)]
+    assert len(runs) == 4 and len(large) == 2 and all("--distributed" in line for line in large)
+    assert all("--distributed" not in line for line in runs if line not in large)
+    local = figure_script("beukman2026_fig11.sh", DRY_RUN=1, RUNS_DIR=tmp_path, SEEDS=1, SIZES="s")
+    assert local.returncode == 0 and "--distributed" not in local.stdout and local.stdout.count("# Slurm") == 0
+
+
+FAKE_PYTHON = """#!/bin/bash
+echo "$*" >> "$CALLS"
+"""
+
+
+@pytest.mark.parametrize("script", sorted(ONE_OF_EACH))
+def test_draw_only_draws_and_launches_nothing(script, tmp_path):
+    """DRAW_ONLY=1 (with SLURM=1 still set from the submission) calls the aggregation only, never the launcher."""
+    fake, calls = tmp_path / "python", tmp_path / "calls.txt"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), CALLS=str(calls), DRAW_ONLY="1", SLURM="1", RUNS_DIR=str(tmp_path / "r"),
+               **{k: str(v) for k, v in ONE_OF_EACH[script].items()})
+    out = subprocess.run(["bash", str(REPO / "benchmark" / script)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    made = calls.read_text().splitlines()
+    assert made and not any("utils.launcher" in c for c in made) and any("utils.aggregate" in c for c in made), made
+
+
+# ---------------------------------------------------------------------------------------------------------
+# With the single-node Slurm
+# ---------------------------------------------------------------------------------------------------------
 def test_figure_grid_runs_as_an_array_and_is_drawn_by_draw_only(slurm, tmp_path):
     """B26 Fig. 1b (noisy_sgd, 4 runs of seconds) through SLURM=1 with every knob; a rerun while the array is queued
     is refused; once it has run, DRAW_ONLY=1 draws the figure from its runs and launches nothing."""

@@ -337,7 +337,7 @@ def parse_args(argv=None):
                                               f"(default {SLURM_DEFAULTS['time']})")
     p.add_argument("--mem", default="", help=f"Slurm: {{mem}}, memory per node of one run (default {SLURM_DEFAULTS['mem']})")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                   help="Slurm: an extra #SBATCH line, e.g. --sbatch=--account=abc (repeatable)")
+                   help="Slurm: an extra #SBATCH line, written with = (--sbatch=--account=abc; repeatable)")
     p.add_argument("--nodes", type=int, default=1, help="Slurm: {nodes}, nodes per run (multi-node template)")
     p.add_argument("--tasks-per-node", type=int, default=1,
                    help="Slurm: {tasks_per_node}, processes per node of one run (multi-node template)")
