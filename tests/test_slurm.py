@@ -124,7 +124,7 @@ def slurm(tmp_path_factory):
             pytest.skip(f"the single-node Slurm did not start (node state {node_state()!r}): {logs[-300:]}")
         yield root
     finally:
-        subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+        stop_every_job()  # before the daemons: a job step outlives a stopped slurmd
         for p in reversed(procs):
             p.terminate()
         for p in procs:
@@ -136,6 +136,17 @@ def slurm(tmp_path_factory):
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = old_conf
+
+
+def stop_every_job(timeout: float = 90) -> None:
+    """scancel every job of this cluster and wait until they are gone (their runs checkpoint within KillWait)."""
+    subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, timeout=30)
+        if out.returncode != 0 or not out.stdout.strip():
+            return
+        time.sleep(1)
 
 
 def figure_script(script: str, **env) -> subprocess.CompletedProcess:
@@ -196,7 +207,8 @@ ONE_OF_EACH = {  # one figure script per preamble, with a grid small enough to p
     "mayor2025_fig1b.sh": dict(GAMES="Pong-v5", SEEDS=1, TOTAL=10 ** 6),
     "beukman2026_fig4.sh": dict(SEEDS=1),
     "mayor2025_fig8_mujoco.sh": dict(ENV_IDS="Hopper-v4", SEEDS=1),
-    "beukman2026_fig1b.sh": {},
+    "beukman2026_fig1b.sh": {},  # the noisy_sgd scripts and the H25 ones source _slurm_common.sh themselves
+    "honari2025_nxt.sh": dict(ENV_IDS="Hopper-v4"),
 }
 
 
@@ -358,3 +370,38 @@ def test_job_at_its_time_limit_is_continued_by_resume(slurm, tmp_path):
     log = wait_for(resumed_log, 300, "the resumed run")
     subprocess.run(["scancel", job2], check=True, timeout=30)
     assert resumed_from(log) == stopped["iteration"] > 0
+
+
+@pytest.mark.slow
+def test_sfl_distributed_as_two_slurm_tasks_gives_the_four_device_result(slurm, tmp_path):
+    """sfl_kinetix_jax.py --distributed as one run of 2 Slurm tasks on the one node (the launcher's multi-node
+    template, --tasks-per-node 2): jax.distributed finds the coordinator and the ranks in srun's environment alone
+    (no JAX_* variables) and the 2 x 2-device run equals the 4-device one-process run, as
+    test_sfl_kinetix_jax.py's 2-process test checks. Minutes: Kinetix's compiles (JAX_COMPILATION_CACHE_DIR helps)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import test_sfl_kinetix_jax as sfl  # noqa: E402 (JAX only in this slow test)
+    argv = sfl.tiny(4, eval_every=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") or k == "JAX_COMPILATION_CACHE_DIR"}
+    reference = tmp_path / "one_process"
+    one = subprocess.run([sys.executable, sfl.SCRIPT] + argv + ["--runs-dir", str(reference)], capture_output=True,
+                         text=True, timeout=3600, env=dict(env, PYTHONPATH=str(REPO), XLA_FLAGS=os.environ["XLA_FLAGS"]
+                                                           + " --xla_force_host_platform_device_count=4"))
+    assert one.returncode == 0, one.stderr[-2000:]
+
+    runs = tmp_path / "runs"
+    sub = subprocess.run([sys.executable, "-m", "cleanrl_scaling.utils.launcher", sfl.SCRIPT, "--runs-dir", str(runs),
+                          "--job-name", "sfl_two_tasks", "--slurm-template", "--tasks-per-node", "2", "--mem", "8G",
+                          "--time", "01:00:00", "--"] + argv + ["--distributed"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env=dict(env, XLA_FLAGS=os.environ["XLA_FLAGS"]
+                                                          + " --xla_force_host_platform_device_count=2"))
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    (job,) = submitted(sub.stdout)
+    wait_for_jobs([job], timeout=3600)
+    (log,) = glob.glob(str(runs / "_launcher" / "*" / f"sfl_two_tasks_{job}_0.log"))
+    assert array_tasks(job) == {"0": "COMPLETED"}, open(log).read()[-3000:]
+    assert "1 node(s) x 2 process(es)" in open(log).read()
+    (run_dir,) = [d for d in glob.glob(str(runs / "*")) if not d.endswith("_launcher")]  # only process 0 writes
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["devices"] == 4 and config["processes"] == 2
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "finished"
+    sfl.assert_same_early_training(run_dir, sfl.run_dir_of(str(reference)))
