@@ -8,8 +8,9 @@
 #   SLURM_TEMPLATE     your sbatch template instead of the bundled one (placeholders: docs/pipeline.md)
 #   DRAW_ONLY=1        draw from the runs that exist and launch nothing (the redraw after an array)
 #   CHECKPOINT_EVERY   iterations between periodic checkpoints (set by the preamble; 0 = only on SIGTERM/at the end)
-# The launcher refuses to launch while a job of the same name is still queued or running (squeue), so a rerun never
-# starts a second copy of a run that is running as a job; a timed-out or preempted job is continued by RESUME=1.
+# The launcher leaves out grid points still queued or running as array tasks of the same job name (squeue), so a
+# rerun never starts a second copy of a run that is running as a job; a timed-out or preempted run is continued by
+# RESUME=1 from its checkpoint (the templates say --no-requeue).
 slurm_die() { echo "error: $*" >&2; exit 2; }
 slurm_count() {  # slurm_count NAME VALUE: a non-negative integer
   [[ "$2" =~ ^[0-9]+$ ]] || slurm_die "$1=$2: must be a non-negative integer"

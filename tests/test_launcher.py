@@ -338,20 +338,29 @@ def test_several_nodes_or_tasks_pick_the_multinode_template(fake_script, tmp_pat
     assert "--seed 1" in marker.read_text() and "1 node(s)" not in done.stdout and "4 node(s)" in done.stdout
 
 
-def test_no_launch_while_a_job_of_the_same_name_is_queued(fake_script, tmp_path, capsys, monkeypatch):
-    """A rerun (local or Slurm) while the grid's array is queued or running would start its runs a second time."""
+def test_grid_points_queued_or_running_in_slurm_are_not_launched_again(fake_script, tmp_path, capsys, monkeypatch):
+    """A rerun (local or Slurm) while part of the grid is queued or running as array tasks leaves those points out:
+    squeue names the tasks, the commands file next to their batch script says which points they run."""
+    runs = str(tmp_path / "runs")
+    argv = [fake_script, "--seeds", "1", "2", "3", "--runs-dir", runs, "--job-name", "mygrid"]
+    assert launcher.main(argv + ["--slurm-template", "--no-submit", "--log-dir", str(tmp_path / "array")]) == 0
+    batch = tmp_path / "array" / "mygrid.sbatch"
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    (fake_bin / "squeue").write_text('#!/bin/bash\n[[ " $* " == *" --name=mygrid "* ]] && echo 41_3 && echo 41_4\n')
+    # array task 0 (seed 1) running and task 2 (seed 3) pending; task 1 has finished and left the queue
+    (fake_bin / "squeue").write_text(f'#!/bin/bash\n[[ " $* " == *" --name=mygrid "* ]] && '
+                                     f'printf "41_0 {batch}\\n41_2 {batch}\\n"\n')
     (fake_bin / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    argv = [fake_script, "--seeds", "1", "--runs-dir", str(tmp_path / "runs")]
-    assert launcher.main(argv + ["--job-name", "mygrid"]) == 2
-    err = capsys.readouterr().err
-    assert "Slurm job(s) 41_3,41_4 named mygrid are still queued or running" in err and "DRAW_ONLY=1" in err
-    assert not (tmp_path / "runs").exists()  # nothing started, nothing written
-    assert launcher.main(argv + ["--job-name", "mygrid", "--dry-run"]) == 0  # printing is harmless
-    assert launcher.main(argv + ["--job-name", "other"]) == 0
+    capsys.readouterr()
+    assert launcher.main(argv + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# 1 run(s), 2 left out as queued or running in Slurm" in out
+    assert [parse_flags(c[2:])["seed"] for c in commands(out)] == ["2"]
+    assert launcher.main(argv + ["--dry-run", "--sweep", "x=1"]) == 0  # other flags: another grid point
+    assert len(commands(capsys.readouterr().out)) == 3
+    other = [fake_script, "--seeds", "1", "2", "3", "--runs-dir", runs, "--job-name", "other", "--dry-run"]
+    assert launcher.main(other) == 0 and len(commands(capsys.readouterr().out)) == 3  # another job name
 
 
 def test_slurm_resource_usage_errors_exit_2(fake_script, tmp_path, capsys):

@@ -284,16 +284,42 @@ def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
     return values
 
 
-def active_slurm_jobs(job_name: str) -> list:
-    """Ids of this user's queued or running Slurm jobs named job_name ([] without Slurm or when squeue fails)."""
+def queued_in_slurm(job_name: str) -> list:
+    """(script, flags) of every run in this user's queued or running Slurm array tasks named job_name, read from the
+    commands file next to each task's batch script (task i runs line i + 1); [] without Slurm or when squeue fails."""
     if shutil.which("squeue") is None:
         return []
     try:
-        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i", f"--name={job_name}"],
+        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i %o", f"--name={job_name}"],
                              capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return out.stdout.split() if out.returncode == 0 else []
+    points = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        task_id, _, batch_script = line.strip().partition(" ")
+        try:
+            with open(os.path.join(os.path.dirname(batch_script), "commands.txt")) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue  # not an array this launcher wrote
+        index = task_id.partition("_")[2]
+        for text in [lines[int(index)]] if index.isdigit() and int(index) < len(lines) else lines:
+            argv = shlex.split(text)
+            points.append((argv[1], parse_flags(argv[2:])))
+    return points
+
+
+def is_queued(job: Job, queued: list) -> bool:
+    """Is this grid point (same script, runs dir and flags, as --skip-finished compares them) in a queued job?"""
+    mine = {k: v for k, v in job.flags.items() if k not in IGNORED_FOR_IDENTITY}
+    for script, flags in queued:
+        if os.path.basename(script) != os.path.basename(job.argv[1]) or \
+                os.path.normpath(str(flags.get("runs_dir"))) != os.path.normpath(str(job.flags.get("runs_dir"))):
+            continue
+        theirs = {k: v for k, v in flags.items() if k not in IGNORED_FOR_IDENTITY}
+        if theirs.keys() == mine.keys() and all(same_value(mine[k], theirs[k]) for k in mine):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,6 +413,10 @@ def main(argv=None) -> int:
             kept = [j for j in jobs if not any(run_matches(j, c, script_stem) for c in configs)]
             skipped = len(jobs) - len(kept)
             jobs = kept
+        # a point still queued or running as a Slurm job has no summary yet: launching it would run it twice
+        queued = queued_in_slurm(args.job_name)
+        in_slurm = [j for j in jobs if is_queued(j, queued)] if queued else []
+        jobs = [j for j in jobs if j not in in_slurm]
         resumed = resume_from_checkpoints(jobs, args.runs_dir, script_stem) if args.resume_unfinished else 0
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_dir = args.log_dir or os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
@@ -403,7 +433,9 @@ def main(argv=None) -> int:
         return 2
 
     header = f"# {len(jobs)} run(s)" + (f", {skipped} skipped as finished" if args.skip_finished else "") + \
-        (f", {resumed} resumed from checkpoints" if args.resume_unfinished else "")
+        (f", {resumed} resumed from checkpoints" if args.resume_unfinished else "") + \
+        (f", {len(in_slurm)} left out as queued or running in Slurm (squeue --me --name={args.job_name}; "
+         "DRAW_ONLY=1 draws without launching)" if in_slurm else "")
     if not jobs:
         print(header + ": nothing to do")
         return 0
@@ -422,11 +454,6 @@ def main(argv=None) -> int:
             print(script_text)
         return 0
 
-    active = [] if args.no_submit else active_slurm_jobs(args.job_name)
-    if active:  # its runs have no summary yet: launching now would start them a second time
-        print(f"error: Slurm job(s) {','.join(active)} named {args.job_name} are still queued or running (squeue); "
-              "wait for them or scancel them, or draw what exists with DRAW_ONLY=1 (docs/cluster.md)", file=sys.stderr)
-        return 2
     os.makedirs(log_dir, exist_ok=True)
     with open(commands_file, "w") as f:
         f.write("".join(shlex.join(job.argv) + "\n" for job in jobs))
@@ -441,7 +468,7 @@ def main(argv=None) -> int:
         if shutil.which("sbatch") is None:
             print("error: sbatch not found on this machine; use --no-submit to only write the script", file=sys.stderr)
             return 2
-        out = subprocess.run(["sbatch", script_path], capture_output=True, text=True)
+        out = subprocess.run(["sbatch", os.path.abspath(script_path)], capture_output=True, text=True)
         print(out.stdout.strip() or out.stderr.strip())
         return out.returncode
 

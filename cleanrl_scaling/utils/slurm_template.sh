@@ -20,4 +20,5 @@ cd "{workdir}"
 export OMP_NUM_THREADS={cpus} MKL_NUM_THREADS={cpus} OPENBLAS_NUM_THREADS={cpus} PYTHONUNBUFFERED=1
 CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "{commands_file}")
 echo "task ${SLURM_ARRAY_TASK_ID} of {num_tasks} on $(hostname): ${CMD}"
-eval "${CMD}"
+# exec: the run replaces this shell, so Slurm's signals reach it directly and the task ends when the run has ended
+eval "exec ${CMD}"
