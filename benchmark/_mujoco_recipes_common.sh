@@ -61,7 +61,8 @@ launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   [[ -n "${DRAW_ONLY:-}" ]] && return 0
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${ENV_IDS[@]}" --seeds "${SEEDS[@]}" \
-    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10 --checkpoint-every "$CHECKPOINT_EVERY"
+    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10 \
+    --checkpoint-every "$CHECKPOINT_EVERY"
 }
 
 aggregate() {  # aggregate COMMAND NAME [options]: OUT_DIR/NAME_<env_id>.{png,pdf,csv}, one figure per task of ENV_IDS

@@ -20,9 +20,11 @@ if [[ -n "${SLURM:-}" ]]; then
   SLURM_ARGS=(--slurm-template ${SLURM_TEMPLATE:+"$SLURM_TEMPLATE"})
   [[ -z "${SLURM_TEMPLATE:-}" || -f "$SLURM_TEMPLATE" ]] || slurm_die "SLURM_TEMPLATE=$SLURM_TEMPLATE: no such file"
   [[ -n "${SLURM_PARTITION:-}" ]] && SLURM_ARGS+=(--partition "$SLURM_PARTITION")
-  if [[ -n "${SLURM_GPUS:-}" ]]; then slurm_count SLURM_GPUS "$SLURM_GPUS"; SLURM_ARGS+=(--gpus-per-run "$SLURM_GPUS"); fi
+  if [[ -n "${SLURM_GPUS:-}" ]]; then
+    slurm_count SLURM_GPUS "$SLURM_GPUS"; SLURM_ARGS+=(--gpus-per-run "$SLURM_GPUS")
+  fi
   if [[ -n "${SLURM_CPUS:-}" ]]; then
-    [[ "$SLURM_CPUS" =~ ^[1-9][0-9]*$ ]] || slurm_die "SLURM_CPUS=$SLURM_CPUS: must be a positive integer of cores per run"
+    [[ "$SLURM_CPUS" =~ ^[1-9][0-9]*$ ]] || slurm_die "SLURM_CPUS=$SLURM_CPUS: must be a positive number of cores"
     SLURM_ARGS+=(--cpus-per-run "$SLURM_CPUS")
   fi
   if [[ -n "${SLURM_TIME:-}" ]]; then
@@ -34,16 +36,19 @@ if [[ -n "${SLURM:-}" ]]; then
     [[ "$SLURM_MEM" =~ ^[0-9]+[KMGT]?$ ]] || slurm_die "SLURM_MEM=$SLURM_MEM: write a Slurm memory size, e.g. 32G"
     SLURM_ARGS+=(--mem "$SLURM_MEM")
   fi
-  if [[ -n "${MAX_PARALLEL:-}" ]]; then slurm_count MAX_PARALLEL "$MAX_PARALLEL"; SLURM_ARGS+=(--max-parallel "$MAX_PARALLEL"); fi
+  if [[ -n "${MAX_PARALLEL:-}" ]]; then
+    slurm_count MAX_PARALLEL "$MAX_PARALLEL"; SLURM_ARGS+=(--max-parallel "$MAX_PARALLEL")
+  fi
   IFS=';' read -r -a SLURM_EXTRA_LINES <<< "${SLURM_EXTRA:-}"
   for line in "${SLURM_EXTRA_LINES[@]}"; do
     [[ -z "${line// }" ]] && continue
-    [[ "${line#"${line%%[![:space:]]*}"}" == -* ]] || slurm_die "SLURM_EXTRA: '$line' is not an sbatch option (e.g. --account=abc)"
+    [[ "${line#"${line%%[![:space:]]*}"}" == -* ]] || \
+      slurm_die "SLURM_EXTRA: '$line' is not an sbatch option (e.g. --account=abc)"
     SLURM_ARGS+=("--sbatch=$line")
   done
 fi
 if [[ -n "${DRAW_ONLY:-}" ]]; then
-  [[ -z "${DRY_RUN:-}" ]] || slurm_die "DRAW_ONLY=1 and DRY_RUN=1: choose one (DRY_RUN prints the grid, DRAW_ONLY draws)"
+  [[ -z "${DRY_RUN:-}" ]] || slurm_die "DRAW_ONLY=1 and DRY_RUN=1: choose one (DRY_RUN prints, DRAW_ONLY draws)"
   SLURM=  # draw here, whatever SLURM says: nothing is submitted
   SLURM_ARGS=()
 fi

@@ -77,6 +77,11 @@ def node_state() -> str:
     return out.stdout.strip()
 
 
+def last_line(path: pathlib.Path) -> str:
+    lines = path.read_text().strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else "(no output)"
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """Start munged, slurmctld and slurmd in a temporary directory; yield it; stop them (and every job) after."""
@@ -119,8 +124,7 @@ def slurm(tmp_path_factory):
                 break
             time.sleep(0.5)
         if node_state() != "idle":
-            logs = " | ".join((root / f"{n}.out").read_text().strip().splitlines()[-1:][0] if (root / f"{n}.out")
-                              .read_text().strip() else n for n in DAEMONS)
+            logs = " | ".join(f"{n}: {last_line(root / f'{n}.out')}" for n in DAEMONS)
             pytest.skip(f"the single-node Slurm did not start (node state {node_state()!r}): {logs[-300:]}")
         yield root
     finally:
@@ -366,7 +370,8 @@ def test_job_at_its_time_limit_is_continued_by_resume(slurm, tmp_path):
     stopped = json.load(open(os.path.join(os.path.dirname(os.path.dirname(ckpt)), "summary.json")))
     assert stopped["status"] == "interrupted" and stopped["iteration"] > 0
     again = figure_script("mayor2025_fig8_mujoco.sh", SLURM=1, RESUME=1, SLURM_TIME="00:10:00", **env)
-    assert again.returncode == 0 and re.search(r"[1-9] resumed from checkpoints", again.stdout), again.stdout + again.stderr
+    assert again.returncode == 0 and re.search(r"[1-9] resumed from checkpoints", again.stdout), \
+        again.stdout + again.stderr
     (job2,) = submitted(again.stdout)
 
     def resumed_log():

@@ -361,7 +361,8 @@ def parse_args(argv=None):
     p.add_argument("--partition", default="", help="Slurm: #SBATCH --partition=NAME")
     p.add_argument("--time", default="", help=f"Slurm: {{time}}, the time limit of one run "
                                               f"(default {SLURM_DEFAULTS['time']})")
-    p.add_argument("--mem", default="", help=f"Slurm: {{mem}}, memory per node of one run (default {SLURM_DEFAULTS['mem']})")
+    p.add_argument("--mem", default="", help=f"Slurm: {{mem}}, memory per node of one run "
+                                             f"(default {SLURM_DEFAULTS['mem']})")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                    help="Slurm: an extra #SBATCH line, written with = (--sbatch=--account=abc; repeatable)")
     p.add_argument("--nodes", type=int, default=1, help="Slurm: {nodes}, nodes per run (multi-node template)")
