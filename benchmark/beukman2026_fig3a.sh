@@ -50,11 +50,13 @@ for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
 PY
 )
-if (( ${#RELOADS[@]} )); then
+if [[ -n "${DRAW_ONLY:-}" ]]; then
+  :  # draw what exists, launch nothing
+elif (( ${#RELOADS[@]} )); then
   PHASE2=(); for flags in "${RELOADS[@]}"; do PHASE2+=(--flag-set "$flags"); done
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --job-name beukman2026_fig3a_reload \
     --runs-dir "$RUNS_DIR/reloaded" --workers "$WORKERS" --skip-finished "${EXTRA[@]}" "${PHASE2[@]}" \
-    -- --total-timesteps "$TOTAL2" "${FLAGS[@]}"
+    -- --total-timesteps "$TOTAL2" "${FLAGS[@]}" --checkpoint-every "$CHECKPOINT_EVERY"
 else
   echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
 fi
