@@ -144,6 +144,9 @@ def test_default_eval_attempts_bound_the_standard_error():
     for n in range(1, 700):
         k = m.default_eval_attempts(n)
         assert n * k >= 625 and (k == 1 or n * (k - 1) < 625)
+    args = m.Args(num_tasks=8, num_envs=8, num_steps=16, num_minibatches=2)  # no --eval-attempts: the default
+    m.apply_scaling(args, m.validate(args))
+    assert args.eval_attempts == 79  # what config.json records
 
 
 def test_summarise_eval_against_hand_computed_values():
