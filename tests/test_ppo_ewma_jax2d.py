@@ -249,8 +249,8 @@ def start_four_device_run(runs_dir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Five in-process runs of the tiny configuration (one compiled chunk and one evaluation program for all), and
-    the 4-device run beside them."""
+    """Six in-process runs of the tiny configuration (one compiled chunk for all; one evaluation program per --eval-attempts,
+    1 and 4), and the 4-device run beside them."""
     base = tmp_path_factory.mktemp("ppo_ewma_runs")
     four = start_four_device_run(base / "four_devices")
     out = {"four_devices": (four, base / "four_devices")}
