@@ -1,5 +1,5 @@
 """ppo_ewma_jax2d.py: the math against hand-computed values, then end-to-end runs that all share one tiny
-configuration, so that one compiled training program and one evaluation program serve every run.
+configuration, so that one compiled training program serves every run (and one evaluation program per --eval-attempts).
 
 Compile time is what this file spends (a Kinetix env step is a large XLA program), so:
 - the persistent compilation cache lives in the gitignored .jax_cache/ at the repo root, shared with the subprocesses;
