@@ -70,7 +70,7 @@ done
 aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate" --title "B26 Fig. 3a: reloaded with another COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a"
-# the same from every training episode (thousands per update; the evaluation above is one episode per task)
+# the same from every training episode (thousands per update; the evaluation above: --eval-attempts episodes per task)
 aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate, training episodes" --title "B26 Fig. 3a from the training episodes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a_train"

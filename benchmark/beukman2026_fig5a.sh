@@ -29,7 +29,7 @@ launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timestep
 aggregate curves --band "$BAND" --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5a"
-# the same curves from every training episode (thousands per update; the evaluation above is one episode per task)
+# the same curves from every training episode (thousands per update; the evaluation above: --eval-attempts episodes per task)
 aggregate curves --band "$BAND" --metric charts/train_solve_rate --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate, training episodes" \
   --title "B26 Fig. 5a from the training episodes ($BAND_TEXT)" \
