@@ -3,9 +3,13 @@
 # (launch ...) + the figure (aggregate ...). A figure script may set SCRIPT (the training script, default
 # ppo_ewma_jax2d.py) before sourcing this file.
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python),
-# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (ci95: the band of
+# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (auto: the band of
 # the figures that use it; minmax, std, none), DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a
-# Slurm array (the bundled template) and draws nothing (run the script again once the array has finished to draw).
+# Slurm array and draws nothing, with the knobs of _slurm_common.sh (SLURM_PARTITION, SLURM_GPUS, SLURM_CPUS,
+# SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md); DRAW_ONLY=1 draws from the runs
+# that exist and launches nothing (the redraw once the array has finished). Runs checkpoint every CHECKPOINT_EVERY (64)
+# updates. SFL's 65536 and 1m presets run on SFL_NODES_65536 (2) and SFL_NODES_1M (32) nodes, one --distributed
+# process per node (launch_presets; B26 App. D: 8192 envs per GPU, i.e. 4 GPUs per node with SLURM_GPUS=4).
 # SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
 # (LAPTOP_GRID=1 and its laptop defaults before sourcing this file; its header says what it runs and how long).
 # Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
@@ -16,6 +20,7 @@ SCALE=${SCALE:-paper}
 [[ "$SCALE" == paper || ( "$SCALE" == laptop && -n "${LAPTOP_GRID:-}" ) ]] || {
   echo "error: SCALE=$SCALE: this figure runs SCALE=paper$([[ -n "${LAPTOP_GRID:-}" ]] && echo " or laptop") only" >&2; exit 2; }
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source benchmark/_slurm_common.sh
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
@@ -23,20 +28,25 @@ read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
 read -r -a FLAGS <<< "${FLAGS:-}"
 SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_ewma_jax2d.py}
 EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
-[[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+EXTRA+=("${SLURM_ARGS[@]}")
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-64}
+slurm_count CHECKPOINT_EVERY "$CHECKPOINT_EVERY"
 [[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)  # a run stopped before finishing continues from its checkpoint
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
 
-# the band of the curve figures that pass --band "$BAND": a 95% Student-t CI at the paper's 5 seeds; the laptop grids
-# (2 seeds: a t CI 12.7 standard errors wide) set BAND=minmax, the range of the seeds
-BAND=${BAND:-ci95}
+# the band of the curve figures that pass --band "$BAND": auto = a 95% Student-t CI from 5 seeds (the paper's), the
+# seeds' range below 5 (docs/pipeline.md#bands)
+BAND=${BAND:-auto}
 case "$BAND" in
+  auto) BAND_TEXT="mean; 95% CI from 5 seeds, else the seeds' range" ;;
+  range) BAND_TEXT="mean and range over seeds" ;;
+  bootstrap) BAND_TEXT="mean and bootstrap 95% CI over seeds" ;;
   ci95) BAND_TEXT="mean and 95% CI over seeds" ;;
   minmax) BAND_TEXT="mean and range over seeds" ;;
   std) BAND_TEXT="mean and std over seeds" ;;
   none) BAND_TEXT="mean over seeds" ;;
-  *) die "BAND=$BAND: must be ci95, minmax, std or none" ;;
+  *) die "BAND=$BAND: must be auto, range, bootstrap, ci95, minmax, std or none" ;;
 esac
 
 positive_int() {  # positive_int NAME VALUE
@@ -72,12 +82,38 @@ raise $name to at least $((n * steps)) or use fewer envs"
 
 launch() {  # launch [launcher options] -- [flags for every run]
   [[ " $* " == *" -- "* ]] || die "launch: internal error, no '--' before the run flags"
+  [[ -n "${DRAW_ONLY:-}" ]] && return 0
   "$PYTHON" -m cleanrl_scaling.utils.launcher "$SCRIPT" --runs-dir "$RUNS_DIR" \
-    --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@" "${FLAGS[@]}"
+    --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@" "${FLAGS[@]}" \
+    --checkpoint-every "$CHECKPOINT_EVERY"
+}
+
+SFL_NODES_65536=${SFL_NODES_65536:-2}
+SFL_NODES_1M=${SFL_NODES_1M:-32}
+preset_nodes() {  # preset_nodes PRESET: nodes of one SFL run under SLURM=1 (1 for the presets that fit one GPU)
+  case $1 in 65536) echo "$SFL_NODES_65536" ;; 1m) echo "$SFL_NODES_1M" ;; *) echo 1 ;; esac
+}
+
+launch_presets() {  # launch_presets JOB_NAME PRESET... -- [launcher options] -- [run flags]: the --preset sweep;
+  # under SLURM=1 a preset that needs several nodes gets its own array (JOB_NAME_PRESET) of one --distributed process
+  # per node (the launcher's multi-node template); elsewhere one launch of all presets
+  local job=$1 presets=() single=() p nodes; shift
+  while [[ $# -gt 0 && "$1" != -- ]]; do presets+=("$1"); shift; done
+  shift
+  for p in "${presets[@]}"; do
+    nodes=$(preset_nodes "$p")
+    [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "SFL_NODES_$(tr a-z A-Z <<< "$p")=$nodes: must be a positive integer"
+    if [[ -n "${SLURM:-}" && "$nodes" -gt 1 ]]; then
+      launch --job-name "${job}_$p" --sweep "preset=$p" --nodes "$nodes" "$@" --distributed
+    else
+      single+=("$p")
+    fi
+  done
+  (( ${#single[@]} == 0 )) || launch --job-name "$job" --sweep "preset=$(IFS=,; echo "${single[*]}")" "$@"
 }
 
 aggregate() {  # aggregate COMMAND [options]: one figure from the runs in RUNS_DIR (skipped by DRY_RUN and SLURM)
   [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && return 0
   local command=$1; shift
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished "$@"
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate "$command" "$RUNS_DIR" --only-finished --band "$BAND" "$@"
 }

@@ -20,16 +20,27 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class Variant:
+    name: str  # the row label: "ours", "ours --cleanrl-compat", ...
+    stem: str  # its exp_name: runs are ours/{env_id}__{stem}__{seed}__{time}
+    flags: tuple = ()  # what it adds to our script's command line
+
+
+@dataclass(frozen=True)
 class Comparison:
     script: str  # our training script
     stem: str  # its exp_name: runs are ours/{env_id}__{stem}__{seed}__{time}
     batch: int  # steps of one iteration at CleanRL's defaults (CleanRL prints one "SPS: " line per iteration)
     checkpoint_every: int  # our checkpoint period, in iterations
     cleanrl_command: Callable  # (args, seed) -> the argv of CleanRL's run, started in args.out
+    variants: tuple = ()  # several arms of ours (each its own exp_name); empty: one arm, "ours", at our defaults
+
+    def arms(self) -> tuple:
+        return self.variants or (Variant("ours", self.stem),)
 
 
-def our_run_dir(cmp: Comparison, out, env_id, seed):
-    prefix = f"{env_id}__{cmp.stem}__{seed}__"
+def our_run_dir(cmp: Comparison, out, env_id, seed, variant: Variant = None):
+    prefix = f"{env_id}__{(variant or cmp.arms()[0]).stem}__{seed}__"
     dirs = sorted(d for d in os.listdir(os.path.join(out, "ours")) if d.startswith(prefix)) \
         if os.path.isdir(os.path.join(out, "ours")) else []
     return os.path.join(out, "ours", dirs[-1]) if dirs else None
@@ -40,13 +51,15 @@ def our_status(run_dir):
     return json.load(open(path)).get("status") if os.path.exists(path) else None
 
 
-def our_command(cmp: Comparison, args, seed):
+def our_command(cmp: Comparison, args, seed, variant: Variant = None):
     """The run's own flags, plus --resume when it left a checkpoint: a resume without them would take the script's
     defaults (another budget, so other lr and exploration schedules), or refuse another env."""
+    variant = variant or cmp.arms()[0]
+    exp_name = ["--exp-name", variant.stem] if cmp.variants else []
     cmd = [sys.executable, cmp.script, "--env-id", args.env_id, "--seed", str(seed), "--total-timesteps",
            str(args.total), "--runs-dir", os.path.join(args.out, "ours"), "--checkpoint-every",
-           str(cmp.checkpoint_every), "--progress", "none"]
-    run_dir = our_run_dir(cmp, args.out, args.env_id, seed)
+           str(cmp.checkpoint_every), "--progress", "none", *exp_name, *variant.flags]
+    run_dir = our_run_dir(cmp, args.out, args.env_id, seed, variant)
     latest = os.path.join(run_dir, "checkpoints", "latest.ckpt") if run_dir else ""
     return cmd + (["--resume", latest] if os.path.exists(latest) else [])
 
@@ -63,10 +76,13 @@ def cleanrl_steps(cmp: Comparison, path):
 def start_runs(cmp: Comparison, args):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     procs = []
-    for seed in args.seeds:
-        if our_status(our_run_dir(cmp, args.out, args.env_id, seed)) != "finished":
-            log = open(os.path.join(args.out, f"ours_s{seed}.log"), "a")
-            procs.append(subprocess.Popen(our_command(cmp, args, seed), stdout=log, stderr=subprocess.STDOUT, env=env))
+    for variant in chosen_arms(cmp, args):
+        for seed in args.seeds:
+            if our_status(our_run_dir(cmp, args.out, args.env_id, seed, variant)) != "finished":
+                log = open(os.path.join(args.out, f"{variant.stem}_s{seed}.log" if cmp.variants else
+                                        f"ours_s{seed}.log"), "a")
+                procs.append(subprocess.Popen(our_command(cmp, args, seed, variant), stdout=log,
+                                              stderr=subprocess.STDOUT, env=env))
     for seed in args.cleanrl_seeds:
         if cleanrl_steps(cmp, cleanrl_log(args.out, seed)) < args.total // cmp.batch * cmp.batch:
             log = open(cleanrl_log(args.out, seed), "w")
@@ -94,6 +110,25 @@ def cleanrl_episodes(path):
     return [(int(s), float(r)) for s, r in re.findall(r"global_step=(\d+), episodic_return=\[?([-\d.]+)", text)]
 
 
+def chosen_arms(cmp: Comparison, args) -> tuple:
+    names = getattr(args, "arms", None)
+    return tuple(v for v in cmp.arms() if not names or v.stem in names)
+
+
+def final_return(episodes, start):
+    """The final statistic: mean return of the episodes that end after step `start` (None if there are none)."""
+    values = [r for s, r in episodes if s > start]
+    return float(np.mean(values)) if values else None
+
+
+def bootstrap_difference(ours, theirs, resamples=10_000, seed=0):
+    """95% percentile interval of mean(ours) - mean(theirs), resampling each side's seeds with replacement."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(ours, float), np.asarray(theirs, float)
+    diffs = rng.choice(a, (resamples, len(a))).mean(1) - rng.choice(b, (resamples, len(b))).mean(1)
+    return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
+
+
 def window_stats(episodes, start):
     values = np.array([r for s, r in episodes if s > start])
     if len(values) < 2:
@@ -112,18 +147,46 @@ def summarize(cmp: Comparison, args):
     print(f"{args.env_id}, {args.total} steps: final = mean full-game return of episodes ending after step {window}")
     print(f"{'run':12s} {'steps':>8s} {'final training return':>26s} {'final greedy eval return':>26s}   "
           "training return per tenth of the budget")
-    rows = [(f"ours s{s}", our_run_dir(cmp, args.out, args.env_id, s)) for s in args.seeds]
-    rows += [(f"CleanRL s{s}", cleanrl_log(args.out, s)) for s in args.cleanrl_seeds]
-    for name, path in rows:
+    rows = [(f"{v.name} s{s}", v.name, our_run_dir(cmp, args.out, args.env_id, s, v))
+            for v in chosen_arms(cmp, args) for s in args.seeds]
+    rows += [(f"CleanRL s{s}", "CleanRL", cleanrl_log(args.out, s)) for s in args.cleanrl_seeds]
+    finals = {}  # arm -> the final return of each of its finished seeds
+    width = max(12, *(len(name) for name, _, _ in rows))
+    for name, arm, path in rows:
         if not path or not os.path.exists(path):
-            print(f"{name:12s} not started")
+            print(f"{name:{width}s} not started")
             continue
-        if name.startswith("ours"):
+        if arm != "CleanRL":
             train, evaluation, steps = our_episodes(path)
         else:
             train, evaluation, steps = cleanrl_episodes(path), [], cleanrl_steps(cmp, path)
+        if steps >= args.total // cmp.batch * cmp.batch and final_return(train, window) is not None:
+            finals.setdefault(arm, []).append(final_return(train, window))
         ev = window_stats(evaluation, window) if evaluation else f"{'-':>26s}"
-        print(f"{name:12s} {steps:8d} {window_stats(train, window):>26s} {ev:>26s}   {tenths(train, args.total)}")
+        print(f"{name:{width}s} {steps:8d} {window_stats(train, window):>26s} {ev:>26s}   {tenths(train, args.total)}")
+    if getattr(cmp, "variants", ()) and "CleanRL" in finals:
+        print_verdicts(finals, len(args.seeds), len(args.cleanrl_seeds))
+
+
+def print_verdicts(finals, our_seeds, cleanrl_seeds):
+    """The rule fixed before the runs (the comparison script's header): parity when the 95% bootstrap interval of
+    mean(ours) - mean(CleanRL) over seeds contains 0; behind (or ahead) when it lies below (above) 0."""
+    theirs = finals["CleanRL"]
+    print(f"CleanRL final per seed: {' '.join(f'{v:.2f}' for v in theirs)} (mean {np.mean(theirs):.2f}, "
+          f"range {min(theirs):.2f}..{max(theirs):.2f})")
+    for arm, ours in finals.items():
+        if arm == "CleanRL":
+            continue
+        if len(ours) < our_seeds or len(theirs) < cleanrl_seeds:
+            print(f"{arm}: {len(ours)} of {our_seeds} seeds and {len(theirs)} of {cleanrl_seeds} CleanRL seeds "
+                  "finished; no verdict yet")
+            continue
+        lo, hi = bootstrap_difference(ours, theirs)
+        verdict = "parity" if lo <= 0 <= hi else ("behind" if hi < 0 else "ahead")
+        inside = min(theirs) <= np.mean(ours) <= max(theirs)
+        print(f"{arm}: per seed {' '.join(f'{v:.2f}' for v in ours)}, mean {np.mean(ours):.2f}; "
+              f"difference {np.mean(ours) - np.mean(theirs):+.2f}, 95% bootstrap [{lo:+.2f}, {hi:+.2f}] -> {verdict}"
+              f" (seed mean {'inside' if inside else 'outside'} CleanRL's seed range)")
 
 
 def parser(description: str, out: str, env_id: str) -> argparse.ArgumentParser:

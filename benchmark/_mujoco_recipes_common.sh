@@ -4,11 +4,14 @@
 # The base configuration is CleanRL's update spread over envs: N = 64 envs x T = 32 steps = CleanRL's 2048-sample
 # batch, 32 minibatches of 64, 10 epochs, lr 3e-4; the script's default mode (a time-limit truncation bootstraps).
 # The three scripts share RUNS_DIR: a grid point two figures need (same flags) runs once (--skip-finished).
-# Return curves: per run, a trailing mean over 10 logged steps (64 envs end ~1 episode per step), then mean and CI.
+# Return curves: per run, a trailing mean over 10 logged steps (64 envs end ~1 episode per step), then the mean and the seeds' range.
 # Environment: SCALE (paper | laptop), RUNS_DIR (runs/mujoco_recipes), OUT_DIR (runs/figures), WORKERS (1), PYTHON,
 # SEEDS ("1 2 3"), ENV_IDS ("Ant-v4 Humanoid-v4"), TOTAL (steps per run), NUM_ENVS_LIST, DRY_RUN=1 (print the
-# commands, draw nothing), SLURM=1 (submit a Slurm array from the bundled template instead of running here),
-# RESUME=1 (a run stopped before finishing continues from its checkpoint; runs checkpoint every 16 updates, and on
+# commands, draw nothing), SLURM=1 (submit a Slurm array instead of running here; its knobs SLURM_PARTITION,
+# SLURM_GPUS, SLURM_CPUS, SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE: _slurm_common.sh,
+# docs/cluster.md), DRAW_ONLY=1 (draw from the runs that exist, launch nothing),
+# RESUME=1 (a run stopped before finishing continues from its checkpoint; runs checkpoint every CHECKPOINT_EVERY
+# (16) updates, and on
 # SIGINT/SIGTERM; never while another launcher runs the same RUNS_DIR).
 #   SCALE=paper (default): NUM_ENVS_LIST "64 256 1024 4096", TOTAL 20M.
 #   SCALE=laptop: NUM_ENVS_LIST "64 1024", TOTAL 2.1M (at 1024 envs a 1000-step episode, with its reset step,
@@ -22,6 +25,7 @@ case "$SCALE" in
   *) echo "error: SCALE=$SCALE: must be paper or laptop" >&2; exit 2 ;;
 esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source benchmark/_slurm_common.sh
 RUNS_DIR=${RUNS_DIR:-runs/mujoco_recipes}
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
@@ -33,7 +37,9 @@ read -r -a ENV_IDS <<< "${ENV_IDS:-Ant-v4 Humanoid-v4}"
 read -r -a NUM_ENVS <<< "$NUM_ENVS_LIST"
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
-[[ -n "${SLURM:-}" ]] && EXTRA+=(--slurm-template)
+EXTRA+=("${SLURM_ARGS[@]}")
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-16}
+slurm_count CHECKPOINT_EVERY "$CHECKPOINT_EVERY"
 [[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)
 
 die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
@@ -52,9 +58,11 @@ one_update_fits() {  # one_update_fits BATCH: the largest batch of the calling f
 
 launch() {  # launch JOB_NAME [launcher options] -- [flags for every run]
   local job=$1; shift
+  [[ -n "${DRAW_ONLY:-}" ]] && return 0
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name "$job" \
     --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished --env-ids "${ENV_IDS[@]}" --seeds "${SEEDS[@]}" \
-    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10 --checkpoint-every 16
+    "${EXTRA[@]}" "$@" --env-backend envpool --total-timesteps "$TOTAL" --diagnostics-every 10 \
+    --checkpoint-every "$CHECKPOINT_EVERY"
 }
 
 aggregate() {  # aggregate COMMAND NAME [options]: OUT_DIR/NAME_<env_id>.{png,pdf,csv}, one figure per task of ENV_IDS

@@ -23,6 +23,8 @@ launch beukman2026_fig10_mujoco \
   --flag-set "--num-envs $BASE_ENVS --minibatch-size $((4 * BASE_ENVS)) --exp-name base" \
   --flag-set "--num-envs $LARGEST --minibatch-size $((4 * LARGEST)) --exp-name singla" \
   --flag-set "--num-envs $LARGEST --minibatch-size $((4 * BASE_ENVS)) --exp-name b26" -- $COMMON
+# the N = 1024 arms in one panel, the 64-env base (on another scale) in its own
 aggregate curves beukman2026_fig10_mujoco --filter "num_steps=$T" --filter update_epochs=5 --smooth 10 \
-  --metric charts/episodic_return --group-by exp_name num_envs minibatch_size --label "{exp_name}: N={num_envs}, minibatch {minibatch_size}" \
-  --x global_step --title "B26 Fig. 10 on MuJoCo: few large minibatches (Singla et al.) against B26's recipe"
+  --metric charts/episodic_return --group-by exp_name num_envs minibatch_size --panel-by num_envs --ncols 2 \
+  --label "{exp_name}: N={num_envs}, minibatch {minibatch_size}" --x global_step --ylabel "episodic return" \
+  --title "B26 Fig. 10 on MuJoCo: few large minibatches (Singla et al.) against B26's recipe (mean and range)"

@@ -23,11 +23,11 @@ for p in "${PRESETS[@]}"; do
   one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs "$n")"
 done
 not_in_flags env-size preset total-timesteps
-launch --job-name beukman2026_fig11 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}")" \
-  --sweep "preset=$(IFS=,; echo "${PRESETS[*]}")" -- --total-timesteps "$TOTAL"
+launch_presets beukman2026_fig11 "${PRESETS[@]}" -- --sweep "env-size=$(IFS=,; echo "${SIZES[*]}")" \
+  -- --total-timesteps "$TOTAL"  # under SLURM=1, 65536 and 1m are multi-node arrays of their own
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by preset --label "{preset} envs" \
   --x global_step --logx --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 11: SFL on Kinetix, random levels (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig11"
+  --title "B26 Fig. 11: SFL on Kinetix, random levels ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig11"
 aggregate curves --metric charts/solve_rate_handmade --panel-by env_size --group-by preset --label "{preset} envs" \
   --x global_step --logx --ylabel "solve rate (hand-designed levels)" \
   --title "B26 Fig. 20: SFL on Kinetix, hand-designed levels (the Fig. 11 runs)" --out "$OUT_DIR/beukman2026_fig20"

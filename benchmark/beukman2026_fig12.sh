@@ -16,6 +16,6 @@ launch --job-name beukman2026_fig12 --sweep ewma-com=1,2,4,8,16,32,64 --sweep cl
   -- --total-timesteps "$TOTAL"
 aggregate sweep --metric charts/solve_rate --stat final --x-key ewma_com --best-over clip_coef --label "best ε" \
   --logx --xlabel "COM" --ylabel "final solve rate" \
-  --title "B26 Fig. 12a: the best ε for each COM (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig12a"
+  --title "B26 Fig. 12a: the best ε for each COM ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig12a"
 aggregate heatmap --rows ewma_com --cols clip_coef --metric charts/solve_rate --stat final \
   --title "B26 Fig. 12b: final solve rate, COM x ε (mean over seeds)" --out "$OUT_DIR/beukman2026_fig12b"

@@ -20,12 +20,12 @@ positive_int TOTAL "$TOTAL"
 for mb in "${MINIBATCHES[@]}"; do positive_int MINIBATCHES "$mb"; done
 one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 1048576)"
 not_in_flags env-size preset num-minibatches scaling-recipe lr-scaling total-timesteps
-launch --job-name beukman2026_fig15 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}")" \
+launch_presets beukman2026_fig15 1m -- --sweep "env-size=$(IFS=,; echo "${SIZES[*]}")" \
   --sweep "num-minibatches=$(IFS=,; echo "${MINIBATCHES[*]}")" \
-  -- --preset 1m --scaling-recipe none --lr-scaling sqrt --total-timesteps "$TOTAL"
+  -- --scaling-recipe none --lr-scaling sqrt --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by num_minibatches \
   --label "{num_minibatches} minibatches" --x global_step --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 15: 1M envs, number of minibatches (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig15"
+  --title "B26 Fig. 15: 1M envs, number of minibatches ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig15"
 aggregate sweep --metric charts/SPS --stat last --x-key num_minibatches --group-by env_size --label "{env_size}" \
   --logx --xlabel "minibatches" --ylabel "steps per second" \
   --title "B26 Fig. 16a: steps per second against minibatches (the Fig. 15 runs)" --out "$OUT_DIR/beukman2026_fig16a"

@@ -20,4 +20,4 @@ launch --job-name beukman2026_fig17 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}
   --sweep "learning-rate=$(IFS=,; echo "${LRS[*]}")" -- --preset 8192 --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by learning_rate --label "lr {learning_rate}" \
   --x global_step --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 17: 8192 envs, learning rate (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig17"
+  --title "B26 Fig. 17: 8192 envs, learning rate ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig17"

@@ -20,4 +20,4 @@ launch --job-name beukman2026_fig18 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}
   --sweep "ewma-com=$(IFS=,; echo "${COMS[*]}")" -- --preset 8192 --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 18: 8192 envs, PPO-EWMA (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig18"
+  --title "B26 Fig. 18: 8192 envs, PPO-EWMA ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig18"

@@ -22,4 +22,4 @@ launch --job-name beukman2026_fig19 --sweep "env-size=$(IFS=,; echo "${SIZES[*]}
   -- --preset 8192 --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate_random --panel-by env_size --label "{exp_name}" \
   --x global_step --ylabel "solve rate (random levels)" \
-  --title "B26 Fig. 19: 8192 envs, more filtering and a larger buffer (mean and 95% CI)" --out "$OUT_DIR/beukman2026_fig19"
+  --title "B26 Fig. 19: 8192 envs, more filtering and a larger buffer ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig19"

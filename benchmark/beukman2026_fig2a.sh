@@ -2,20 +2,24 @@
 # B26 Fig. 2a: in noisy convex optimisation the update size stays large when the step size is too large, although
 # the loss has stopped improving. Page: docs/reproducing/beukman2026_fig2a.md
 #   bash benchmark/beukman2026_fig2a.sh          # under a minute on 2 CPU cores
+# DRY_RUN=1 prints the grid; SLURM=1 submits it as a Slurm array; DRAW_ONLY=1 draws without launching (knobs:
+# benchmark/_slurm_common.sh, docs/cluster.md).
 # Environment: RUNS_DIR (runs/beukman2026_fig2a), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python).
 # Finished runs are kept and reused (--skip-finished); rm -rf "$RUNS_DIR" to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmark/_slurm_common.sh
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig2a}
 OUT_DIR=${OUT_DIR:-runs/figures}
 WORKERS=${WORKERS:-1}
 PYTHON=${PYTHON:-python}
 STEP_SIZES=(0.3 0.03 0.003 0.0003)
 
-"$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/noisy_sgd.py --job-name beukman2026_fig2a \
-  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished \
+[[ -n "${DRAW_ONLY:-}" ]] || "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/noisy_sgd.py --job-name beukman2026_fig2a \
+  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${SLURM_ARGS[@]}" ${DRY_RUN:+--dry-run} \
   --sweep "learning-rate=$(IFS=,; echo "${STEP_SIZES[*]}")" \
   -- --total-steps 1000 --num-seeds 5 --log-every 5
+[[ -n "${DRY_RUN:-}${SLURM:-}" ]] && exit 0  # nothing to draw yet (after an array: DRAW_ONLY=1)
 
 # Closed-form stationary update size a*s/sqrt(1-a) * E||N(0, I_50)|| (docs/noisy_sgd.md), for the panel of the
 # update size only; the step sizes that reach stationarity within the budget
@@ -28,8 +32,9 @@ for lr in map(float, sys.argv[1:]):
 PY
 )
 
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished \
   --metric diagnostics/update_size charts/neg_distance --ncols 2 --logy diagnostics/update_size \
   --group-by learning_rate --label "step size {learning_rate}" --x global_step --xlabel "gradient steps" \
-  --title "B26 Fig. 2a: update size ||x_t - x_(t-1)|| and -||x_t - x*|| (5 seeds, mean and 95% CI)" \
+  --metric-label "diagnostics/update_size=update size" --metric-label "charts/neg_distance=distance to the optimum (negated)" \
+  --title "B26 Fig. 2a: update size ||x_t - x_(t-1)|| and negated distance -||x_t - x*|| (5 seeds, mean and 95% CI)" \
   "${HLINES[@]}" --hline-legend "closed-form stationary update size (dotted)" --out "$OUT_DIR/beukman2026_fig2a"

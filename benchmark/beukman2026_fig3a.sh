@@ -50,19 +50,27 @@ for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
 PY
 )
-if (( ${#RELOADS[@]} )); then
+if [[ -n "${DRAW_ONLY:-}" ]]; then
+  :  # draw what exists, launch nothing
+elif (( ${#RELOADS[@]} )); then
   PHASE2=(); for flags in "${RELOADS[@]}"; do PHASE2+=(--flag-set "$flags"); done
   "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_ewma_jax2d.py --job-name beukman2026_fig3a_reload \
     --runs-dir "$RUNS_DIR/reloaded" --workers "$WORKERS" --skip-finished "${EXTRA[@]}" "${PHASE2[@]}" \
-    -- --total-timesteps "$TOTAL2" "${FLAGS[@]}"
+    -- --total-timesteps "$TOTAL2" "${FLAGS[@]}" --checkpoint-every "$CHECKPOINT_EVERY"
 else
   echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
 fi
 
-aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step \
+# legend as B26 Fig. 3a: COM (starting COM); the reloaded runs dashed
+LEGEND=(--legend-title "COM (starting COM)")
+for from in "${COMS[@]}"; do
+  LEGEND+=(--relabel "com$from->$from")
+  for to in "${COMS[@]}"; do LEGEND+=(--relabel "com${from}_to_$to->$to ($from)" --style "$to ($from)=--"); done
+done
+aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate" --title "B26 Fig. 3a: reloaded with another COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a"
-# the same from every training episode (thousands per update; the evaluation above is one episode per task)
-aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step \
+# the same from every training episode (thousands per update; the evaluation above: --eval-attempts episodes per task)
+aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
   --ylabel "solve rate, training episodes" --title "B26 Fig. 3a from the training episodes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a_train"

@@ -18,5 +18,5 @@ launch --job-name beukman2026_fig4 --sweep learning-rate=0.0001,0.0003,0.001,0.0
   --sweep anneal-lr=true,false -- --total-timesteps "$TOTAL"
 aggregate sweep --metric charts/solve_rate --stat final --x-key learning_rate --group-by ewma_com \
   --best-over anneal_lr --label "COM {ewma_com}" --logx --xlabel "Adam learning rate" --ylabel "final solve rate" \
-  --title "B26 Fig. 4: best of annealing on/off per learning rate (mean and 95% CI over seeds)" \
+  --title "B26 Fig. 4: best of annealing on/off per learning rate ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig4"

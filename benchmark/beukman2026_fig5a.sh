@@ -29,7 +29,7 @@ launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timestep
 aggregate curves --band "$BAND" --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5a"
-# the same curves from every training episode (thousands per update; the evaluation above is one episode per task)
+# the same curves from every training episode (thousands per update; the evaluation above: --eval-attempts episodes per task)
 aggregate curves --band "$BAND" --metric charts/train_solve_rate --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate, training episodes" \
   --title "B26 Fig. 5a from the training episodes ($BAND_TEXT)" \
@@ -37,7 +37,7 @@ aggregate curves --band "$BAND" --metric charts/train_solve_rate --group-by ewma
 IFS=, read -r -a C <<< "$COMS"
 aggregate curves --band "$BAND" --filter "ewma_com=${C[0]},${C[${#C[@]} / 2]},${C[-1]}" --metric charts/solve_rate \
   --group-by ewma_com --label "COM {ewma_com}" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 1a: too low a COM plateaus, too high learns slowly ($BAND_TEXT)" \
+  --title "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig1a"
 aggregate curves --band "$BAND" --metric diagnostics/grad_norm --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --logy --ylabel "gradient norm (before clipping)" \

@@ -14,5 +14,5 @@ one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
 not_in_flags clip-coef ewma-com total-timesteps
 launch --job-name beukman2026_fig5b --sweep clip-coef=0.05,0.1,0.2,0.4,0.6,0.8 -- --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate --group-by clip_coef --label "ε = {clip_coef}" --x global_step \
-  --ylabel "solve rate" --title "B26 Fig. 5b: PPO, changing ε (mean and 95% CI over seeds)" \
+  --ylabel "solve rate" --title "B26 Fig. 5b: PPO, changing ε ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5b"

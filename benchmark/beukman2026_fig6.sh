@@ -21,7 +21,7 @@ launch --job-name beukman2026_fig6_eps --sweep update-epochs=1,2,4,8,16,32 --swe
   -- --total-timesteps "$TOTAL"
 aggregate curves --filter "ewma_com=$COMS" --metric charts/solve_rate --panel-by ewma_com --group-by update_epochs \
   --label "{update_epochs} epochs" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 6a: PPO-EWMA, epochs x COM (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig6a"
+  --title "B26 Fig. 6a: PPO-EWMA, epochs x COM ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig6a"
 aggregate curves --filter ewma_com=0 --metric charts/solve_rate --panel-by clip_coef --group-by update_epochs \
   --label "{update_epochs} epochs" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 6b: PPO, epochs x ε (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig6b"
+  --title "B26 Fig. 6b: PPO, epochs x ε ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig6b"

@@ -25,7 +25,7 @@ launch --job-name beukman2026_fig7_com "${BUDGETS[@]}" --sweep ewma-com=2,8,32 -
 launch --job-name beukman2026_fig7_eps "${BUDGETS[@]}" --sweep clip-coef=0.1,0.2,0.4,0.6 -- --num-minibatches 32
 aggregate curves --filter ewma_com=2,8,32 --metric charts/solve_rate --panel-by num_envs --group-by ewma_com \
   --label "COM {ewma_com}" --x iteration --ylabel "solve rate" \
-  --title "B26 Fig. 7a: PPO-EWMA, envs x COM (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig7a"
+  --title "B26 Fig. 7a: PPO-EWMA, envs x COM ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig7a"
 aggregate curves --filter ewma_com=0 --metric charts/solve_rate --panel-by num_envs --group-by clip_coef \
   --label "ε = {clip_coef}" --x iteration --ylabel "solve rate" \
-  --title "B26 Fig. 7b: PPO, envs x ε (mean and 95% CI over seeds)" --out "$OUT_DIR/beukman2026_fig7b"
+  --title "B26 Fig. 7b: PPO, envs x ε ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig7b"

@@ -20,7 +20,7 @@ not_in_flags num-envs scaling-recipe base-num-envs total-timesteps
 launch --job-name beukman2026_fig9 --sweep "num-envs=$(IFS=,; echo "${NUM_ENVS_LIST[*]}")" \
   --sweep scaling-recipe=more-minibatches,larger-minibatches,sqrt-lr -- --base-num-envs 2048 --total-timesteps "$TOTAL"
 aggregate curves --metric charts/solve_rate --panel-by num_envs --group-by scaling_recipe --label "{scaling_recipe}" \
-  --x global_step --ylabel "solve rate" --title "B26 Fig. 9: scaling recipes (mean and 95% CI over seeds)" \
+  --x global_step --ylabel "solve rate" --title "B26 Fig. 9: scaling recipes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig9"
 aggregate sweep --metric charts/SPS --stat last --x-key num_envs --group-by scaling_recipe --label "{scaling_recipe}" \
   --logx --xlabel "parallel environments" --ylabel "steps per second" \

@@ -33,11 +33,11 @@ launch beukman2026_fig9_mujoco "${SETS[@]}" --
 FILTER=(--filter "num_steps=$BASE_STEPS" --filter "update_epochs=10")  # the Fig. 10 and Fig. 8 runs share RUNS_DIR
 aggregate curves beukman2026_fig9_mujoco "${FILTER[@]}" --metric charts/episodic_return --panel-by num_envs --smooth 10 \
   --group-by scaling_recipe --label "{scaling_recipe}" --x global_step \
-  --title "B26 Fig. 9 on MuJoCo: scaling recipes (mean and 95% CI, 3 seeds)"
+  --ylabel "episodic return" --title "B26 Fig. 9 on MuJoCo: scaling recipes (mean and range, 3 seeds)"
 aggregate sweep beukman2026_fig14_mujoco "${FILTER[@]}" --metric charts/episodic_return --stat final --x-key num_envs \
-  --group-by scaling_recipe --label "{scaling_recipe}" --logx --xlabel "parallel environments" --ylabel "final return" \
-  --title "B26 Fig. 14 on MuJoCo: final return against N (N = 64: the base, every recipe)"
+  --group-by scaling_recipe --label "{scaling_recipe}" --reference-group none --logx --xlabel "parallel environments" \
+  --ylabel "final return" --title "B26 Fig. 14 on MuJoCo: final return against N, every recipe from the base (N = 64)"
 aggregate sweep beukman2026_fig13_mujoco "${FILTER[@]}" --metric charts/SPS --stat last --x-key num_envs \
-  --group-by scaling_recipe --label "{scaling_recipe}" --logx --xlabel "parallel environments" \
+  --group-by scaling_recipe --label "{scaling_recipe}" --reference-group none --logx --xlabel "parallel environments" \
   --ylabel "steps per second (one core)" \
   --title "B26 Fig. 13 on MuJoCo: training steps per second against N"

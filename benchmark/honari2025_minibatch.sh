@@ -21,6 +21,7 @@
 # normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmark/_slurm_common.sh  # SLURM=1 and its knobs, DRAW_ONLY=1 (docs/cluster.md)
 SCALE=${SCALE:-paper}
 case "$SCALE" in
   paper) ;;
@@ -41,21 +42,22 @@ DRY=()
 COMPAT=(--cleanrl-compat)
 [[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
 
-"$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_minibatch \
-  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
+[[ -n "${DRAW_ONLY:-}" ]] || "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_minibatch \
+  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" "${SLURM_ARGS[@]}" \
   --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
   --sweep minibatch-size=50,100,200,500,1000 \
   -- --env-backend envpool --num-envs 500 --num-steps 100 --total-timesteps "$TOTAL_TIMESTEPS" \
-     --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}"
-[[ -n "${DRY_RUN:-}" ]] && exit 0
+     --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}" --checkpoint-every "${CHECKPOINT_EVERY:-20}"
+[[ -n "${DRY_RUN:-}${SLURM:-}" ]] && exit 0  # nothing to draw yet (after an array: DRAW_ONLY=1)
 
 for ENV_ID in "${ENV_IDS[@]}"; do
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --filter "env_id=$ENV_ID" \
     --metric charts/episodic_return --group-by minibatch_size \
-    --label "500x100 : {minibatch_size}-sample minibatches" --x global_step --band std \
-    --title "H25 Fig. 1 top: $ENV_ID, minibatch size (4 seeds, mean and std)" \
+    --label "500x100 : {minibatch_size}-sample minibatches" --x global_step \
+    --title "H25 Fig. 1 top: $ENV_ID, minibatch size (4 seeds, mean and range)" \
     --out "$OUT_DIR/honari2025_minibatch_$ENV_ID"
 done
-"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --filter minibatch_size=50,1000 \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter minibatch_size=50,1000 \
   --group-by minibatch_size --label "500x100 : {minibatch_size}-sample minibatches" --at 10 50 100 \
+  --dashed "500x100 : 1000-sample minibatches" \
   --title "H25 Fig. 2: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig2"

@@ -23,6 +23,7 @@
 # normalisation; on envpool the reset step stays unmasked); CLEANRL_COMPAT=0 runs the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benchmark/_slurm_common.sh  # SLURM=1 and its knobs, DRAW_ONLY=1 (docs/cluster.md)
 SCALE=${SCALE:-paper}
 REFERENCE=(--flag-set "--env-backend envpool --num-envs 1 --num-steps 2048 --num-minibatches 32")
 case "$SCALE" in
@@ -45,22 +46,23 @@ DRY=()
 COMPAT=(--cleanrl-compat)
 [[ "${CLEANRL_COMPAT:-1}" == 0 ]] && COMPAT=()
 
-"$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_nxt \
-  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" \
+[[ -n "${DRAW_ONLY:-}" ]] || "$PYTHON" -m cleanrl_scaling.utils.launcher cleanrl_scaling/ppo_continuous_mujoco.py --job-name honari2025_nxt \
+  --runs-dir "$RUNS_DIR" --workers "$WORKERS" --skip-finished "${DRY[@]}" "${SLURM_ARGS[@]}" \
   --env-ids "${ENV_IDS[@]}" --seeds 1 2 3 4 \
   --flag-set "--env-backend envpool --num-envs 1000 --num-steps 50 --minibatch-size $MINIBATCH_SIZE" \
   --flag-set "--env-backend envpool --num-envs 100 --num-steps 500 --minibatch-size $MINIBATCH_SIZE" \
   "${REFERENCE[@]}" \
-  -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}"
-[[ -n "${DRY_RUN:-}" ]] && exit 0
+  -- --total-timesteps "$TOTAL_TIMESTEPS" --diagnostics-every "$DIAGNOSTICS_EVERY" --kl-profile "${COMPAT[@]}" \
+     --checkpoint-every "${CHECKPOINT_EVERY:-20}"  # 50k-sample updates: ~2.5 min of a 25-min run
+[[ -n "${DRY_RUN:-}${SLURM:-}" ]] && exit 0  # nothing to draw yet (after an array: DRAW_ONLY=1)
 
 for ENV_ID in "${ENV_IDS[@]}"; do
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter "env_id=$ENV_ID" \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --filter "env_id=$ENV_ID" \
     --metric charts/episodic_return --group-by num_envs num_steps \
-    --label "{num_envs}x{num_steps}" --x global_step --band std \
-    --title "H25 Fig. 1 bottom: $ENV_ID, envs x rollout length (4 seeds, mean and std)" \
+    --label "{num_envs}x{num_steps}" --x global_step \
+    --title "H25 Fig. 1 bottom: $ENV_ID, envs x rollout length (4 seeds, mean and range)" \
     --out "$OUT_DIR/honari2025_nxt_$ENV_ID"
 done
-"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --filter num_envs=1000,100 \
-  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate kl-profile "$RUNS_DIR" --only-finished --filter num_envs=1000,100 \
+  --group-by num_envs num_steps --label "{num_envs}x{num_steps}" --at 10 50 100 --dashed 100x500 \
   --title "H25 Fig. 3: KL within one update, best run per setting" --out "$OUT_DIR/honari2025_fig3"

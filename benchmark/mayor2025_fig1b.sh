@@ -12,7 +12,7 @@ launch mayor2025_fig1b --flag-set "--num-envs 8 --num-steps 128" --flag-set "--n
   --flag-set "--num-envs 8 --num-steps 1024" -- --total-timesteps "$TOTAL" --diagnostics-every 10
 figure fig1b "num_envs num_steps" "N={num_envs} T={num_steps}"
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --group-by num_envs num_steps \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --group-by num_envs num_steps \
   --label "N={num_envs} T={num_steps}" --metric diagnostics/feature_rank diagnostics/dormant_frac \
   diagnostics/weight_norm diagnostics/grad_kurtosis diagnostics/policy_variance diagnostics/ess_pct \
   --title "M25 Figs. 3-4: network metrics against N and T" --out "$OUT_DIR/mayor2025_fig3_fig4"

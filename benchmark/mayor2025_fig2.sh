@@ -22,16 +22,16 @@ launch mayor2025_fig2 --flag-set "--num-envs 8 --num-steps 128" --flag-set "--nu
   --save-features-every "$EVERY" --features-states "$STATES"
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
 for game in "${GAMES[@]}"; do  # one embedding per game: features of different games share no space
-  "$PYTHON" -m cleanrl_scaling.utils.coverage "$RUNS_DIR" --env-id "$game" --group-by num_envs num_steps \
+  "$PYTHON" -m cleanrl_scaling.utils.coverage "$RUNS_DIR" --only-finished --env-id "$game" --group-by num_envs num_steps \
     --title "M25 Fig. 2: $game, coverage at N x T = 1024" --out "$OUT_DIR/mayor2025_fig2_coverage_$game"
 done
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --group-by num_envs num_steps \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --group-by num_envs num_steps \
   --label "N={num_envs} T={num_steps}" --metric charts/episodic_return diagnostics/feature_rank \
   diagnostics/dormant_frac diagnostics/weight_norm diagnostics/grad_kurtosis diagnostics/policy_variance \
   diagnostics/ess_pct --title "M25 Figs. 3-4 at N x T = 1024" --out "$OUT_DIR/mayor2025_fig2_network"
 for metric in charts/episodic_return diagnostics/feature_rank diagnostics/dormant_frac diagnostics/weight_norm \
     diagnostics/grad_kurtosis diagnostics/policy_variance diagnostics/ess_pct; do  # Figs. 3-4's direction: vs N
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate sweep "$RUNS_DIR" --x-key num_envs --metric "$metric" --stat final \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate sweep "$RUNS_DIR" --only-finished --x-key num_envs --metric "$metric" --stat final \
     --final-frac 0.5 --logx --label "N x T = 1024" --title "M25 Figs. 3-4 at N x T = 1024: second-half mean" \
     --out "$OUT_DIR/mayor2025_fig2_vs_n_${metric#*/}"
 done

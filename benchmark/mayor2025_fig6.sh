@@ -16,7 +16,7 @@ launch mayor2025_fig6 --flag-set "--num-envs 8 --num-steps 128" --flag-set "--nu
   --flag-set "--num-envs 8 --num-steps 1024" -- --total-timesteps "$TOTAL" --diagnostics-every 10
 figure fig6 "num_envs num_steps" "N={num_envs} T={num_steps}"
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
-"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --group-by num_envs num_steps \
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --group-by num_envs num_steps \
   --label "N={num_envs} T={num_steps}" --metric diagnostics/feature_rank diagnostics/dormant_frac \
   diagnostics/weight_norm diagnostics/grad_kurtosis charts/eval_return \
   --title "M25 Fig. 14: PQN network metrics against N and T" --out "$OUT_DIR/mayor2025_fig14"

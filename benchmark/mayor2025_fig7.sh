@@ -17,10 +17,10 @@ launch mayor2025_fig7 --flag-set "--num-envs 64 --num-steps 256" --flag-set "--n
   --flag-set "--num-envs 64 --num-steps 1024" -- --total-timesteps "$TOTAL" --diagnostics-every 10
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
 for game in "${GAMES[@]}"; do  # raw returns: Procgen games' scales differ, so one panel per game
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --filter env_id="$game" --metric charts/episodic_return \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate iqm "$RUNS_DIR" --only-finished --filter env_id="$game" --metric charts/episodic_return \
     --group-by num_envs num_steps --label "N={num_envs} T={num_steps}" --title "M25 Fig. 7: $game, final return (IQM, 95% CI)" \
     --out "$OUT_DIR/mayor2025_fig7_${game}_iqm"
-  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --filter env_id="$game" --metric charts/episodic_return \
+  "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --filter env_id="$game" --metric charts/episodic_return \
     --group-by num_envs num_steps --label "N={num_envs} T={num_steps}" --title "M25 Fig. 7: $game" \
     --out "$OUT_DIR/mayor2025_fig7_${game}_curves"
 done

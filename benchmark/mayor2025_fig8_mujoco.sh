@@ -25,10 +25,9 @@ launch mayor2025_fig8_mujoco "${SETS[@]}" --
 ARMS=(--filter "scaling_recipe=none,larger-minibatches" --filter update_epochs=10)  # not Fig. 9's other recipes, not Fig. 10
 aggregate curves mayor2025_fig8_mujoco "${ARMS[@]}" --filter "num_steps=$BASE_STEPS,$(IFS=,; echo "${STEPS[*]}")" \
   --metric charts/episodic_return --smooth 10 --group-by num_envs num_steps --label "N={num_envs} x T={num_steps}" \
-  --x global_step --title "M25 Fig. 8 on MuJoCo: the batch grown through N or T (mean and 95% CI, 3 seeds)"
-aggregate sweep mayor2025_fig8_mujoco_by_n "${ARMS[@]}" --filter "num_steps=$BASE_STEPS" --metric charts/episodic_return \
-  --stat final --x-key batch_size --logx --label "through N (T = $BASE_STEPS)" --xlabel "batch N x T" --ylabel "final return" \
-  --title "M25 Fig. 8 on MuJoCo: batch grown through N"
-aggregate sweep mayor2025_fig8_mujoco_by_t "${ARMS[@]}" --filter "num_envs=$BASE_ENVS" --metric charts/episodic_return \
-  --stat final --x-key batch_size --logx --label "through T (N = $BASE_ENVS)" --xlabel "batch N x T" --ylabel "final return" \
-  --title "M25 Fig. 8 on MuJoCo: batch grown through T"
+  --x global_step --title "M25 Fig. 8 on MuJoCo: the batch grown through N or T (mean and range, 3 seeds)"
+# both arms on one axis, each line starting from the shared base (N = $BASE_ENVS, T = $BASE_STEPS)
+aggregate sweep mayor2025_fig8_mujoco_by_batch "${ARMS[@]}" --metric charts/episodic_return --stat final \
+  --x-key batch_size --series "num_steps=$BASE_STEPS:grown through N (T = $BASE_STEPS)" \
+  --series "num_envs=$BASE_ENVS:grown through T (N = $BASE_ENVS)" --logx --xlabel "batch N x T" --ylabel "final return" \
+  --title "M25 Fig. 8 on MuJoCo: the batch grown through N or through T (mean and range)"

@@ -20,6 +20,6 @@ launch mayor2025_fig9 --sweep num-envs="$NUM_ENVS" -- --num-steps 128 --total-ti
   --diagnostics-every 10 --save-features-every "$EVERY" --features-states "$STATES"
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
 for game in "${GAMES[@]}"; do
-  "$PYTHON" -m cleanrl_scaling.utils.coverage "$RUNS_DIR" --env-id "$game" --group-by num_envs \
+  "$PYTHON" -m cleanrl_scaling.utils.coverage "$RUNS_DIR" --only-finished --env-id "$game" --group-by num_envs \
     --title "M25 Fig. 9: $game, coverage against N (T = 128)" --out "$OUT_DIR/mayor2025_fig9_coverage_$game"
 done

@@ -52,7 +52,7 @@ class RunArgs:
 @dataclass
 class ScalingArgs:
     minibatch_size: int = 0
-    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (docs/scaling.md)"""
     scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
     """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
     base_num_envs: int = 0
@@ -62,7 +62,7 @@ class ScalingArgs:
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"
     """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
     diagnostics_every: int = 20
-    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    """compute the diagnostics of docs/metrics.md every K iterations (0 = off)"""
     diagnostics_states: int = 4096
     """at most this many states of the rollout batch are used by the diagnostics"""
     kl_profile: bool = True
@@ -537,6 +537,79 @@ def flat_numpy(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
 
 
+# >>> shared:torch-activations
+# What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
+# activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
+ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
+               nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign)
+
+
+def activation_modules(module: nn.Module) -> list:
+    """Every activation module (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.ELU, nn.LeakyReLU, ...) inside `module`."""
+    return [m for m in module.modules() if isinstance(m, ACTIVATIONS)]
+
+
+def watched_activations(agent) -> dict:
+    """{metric prefix: modules whose outputs the diagnostics read}: what agent.watched_activations() marks
+    ("" = the policy's trunk, "critic_" = a separate critic's), else every activation module as one trunk."""
+    if hasattr(agent, "watched_activations"):
+        return dict(agent.watched_activations())
+    return {"": activation_modules(agent)}
+
+
+def check_watched_activations(agent, script: str) -> None:
+    """At start, not at the first diagnostic iteration: every trunk must have a module to watch."""
+    watched = {"": [], **watched_activations(agent)}  # the policy's trunk ("") is always read
+    empty = [prefix or "policy" for prefix, modules in watched.items() if not modules]
+    check(not empty, f"the diagnostics found no activation module to watch in the network ({', '.join(empty)} trunk): "
+                     "use activation modules (nn.ReLU, nn.GELU, ...) rather than functions, or list the modules in "
+                     f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
+
+
+def record_activations(agent, obs_chunks) -> dict:
+    """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
+    watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
+    channel, averaged over the rest), from one forward pass per chunk of states."""
+    watched = watched_activations(agent)
+    current = {prefix: [] for prefix in watched}
+    def hook(prefix):
+        def record(module, inputs, output):  # reduced at once: a later in-place op cannot change the magnitudes
+            h = output.detach().float()
+            current[prefix].append((h.abs().flatten(2).mean(2) if h.dim() > 2 else h.abs(), h))
+        return record
+    handles = [m.register_forward_hook(hook(prefix)) for prefix, modules in watched.items() for m in modules]
+    features, magnitudes = {p: [] for p in watched}, {p: [] for p in watched}
+    try:
+        with torch.no_grad():
+            for obs in obs_chunks:
+                agent(obs)
+                for prefix, outputs in current.items():
+                    if not outputs:
+                        raise RuntimeError(f"the watched activation modules of trunk '{prefix or 'policy'}' did not run in "
+                                           "agent(obs): the diagnostics read the modules the forward pass calls")
+                    magnitudes[prefix].append([magnitude for magnitude, _ in outputs])
+                    features[prefix].append(outputs[-1][1].flatten(1))
+                    outputs.clear()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {p: (torch.cat(features[p]).cpu().numpy(), [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes[p])])
+            for p in watched}
+
+
+def actor_critic_weight_norms(agent) -> dict:
+    """actor_weight_norm and critic_weight_norm when the agent names its critic's own parameters in
+    critic_parameters() (none when actor and critic share a trunk); the actor's are all the others."""
+    critic = list(agent.critic_parameters()) if hasattr(agent, "critic_parameters") else []
+    if not critic:
+        return {}
+    critic_ids = {id(p) for p in critic}
+    actor = [p for p in agent.parameters() if id(p) not in critic_ids]
+    return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
+            "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
+# <<< shared:torch-activations
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Environment and agent
 # ---------------------------------------------------------------------------------------------------------
@@ -779,10 +852,14 @@ def mlp(obs_dim: int, out_dim: int, out_std: float) -> nn.Sequential:
 
 
 def mlp_forward(net: nn.Sequential, x):
-    """net(x) as three functional calls: nn.Module's per-call overhead is most of a 64-unit layer's cost on CPU."""
-    l1, _, l2, _, l3 = net
-    x = torch.tanh(nn.functional.linear(x, l1.weight, l1.bias))
-    x = torch.tanh(nn.functional.linear(x, l2.weight, l2.bias))
+    """net(x) as three functional calls: nn.Module's per-call overhead is most of a 64-unit layer's cost on CPU.
+    While the diagnostics hook the Tanh modules, the modules run instead (the same numbers)."""
+    l1, tanh1, l2, tanh2, l3 = net
+    if tanh1._forward_hooks or tanh2._forward_hooks:
+        x = tanh2(l2(tanh1(l1(x))))
+    else:
+        x = torch.tanh(nn.functional.linear(x, l1.weight, l1.bias))
+        x = torch.tanh(nn.functional.linear(x, l2.weight, l2.bias))
     if x.dtype == torch.float32:
         return nn.functional.linear(x, l3.weight, l3.bias)
     # --bf16: the trunk runs in bf16, the head in fp32 (bf16 would round values and action means to 8 bits)
@@ -791,6 +868,10 @@ def mlp_forward(net: nn.Sequential, x):
 
 
 class Agent(nn.Module):
+    """The contract the rest of the script relies on (docs/ppo_continuous_mujoco.md, Changing the network):
+    agent(normalised observations [B, obs_dim]) -> (mean [B, act_dim], logstd [1 or B, act_dim], value [B]);
+    optional: watched_activations() and critic_parameters(), read by the diagnostics."""
+
     def __init__(self, obs_dim: int, act_dim: int):
         super().__init__()
         self.actor_mean = mlp(obs_dim, act_dim, 0.01)
@@ -801,15 +882,13 @@ class Agent(nn.Module):
         """normalised observations [B, obs_dim] -> (mean [B, act_dim], logstd [1, act_dim], value [B])."""
         return mlp_forward(self.actor_mean, obs), self.actor_logstd, mlp_forward(self.critic, obs).squeeze(-1)
 
-    def trunk_activations(self, obs, critic: bool = False) -> list:
-        """Post-tanh outputs of both hidden layers (for the dormant-unit and feature-rank diagnostics)."""
-        x = obs
-        outputs = []
-        for layer in (self.critic if critic else self.actor_mean):
-            x = layer(x)
-            if isinstance(layer, nn.Tanh):
-                outputs.append(x)
-        return outputs
+    def watched_activations(self) -> dict:
+        """The Tanhs of the actor's and the critic's MLP, whose outputs the diagnostics read (the last = features)."""
+        return {"": activation_modules(self.actor_mean), "critic_": activation_modules(self.critic)}
+
+    def critic_parameters(self) -> list:
+        """The critic MLP's parameters (critic_weight_norm); the actor's are the mean MLP's and logstd."""
+        return list(self.critic.parameters())
 
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -1217,20 +1296,15 @@ class DiagnosticProbe:
             "diagnostics/policy_variance": policy_variance(mu_after),
             "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
         }
-        for prefix, critic in [("", False), ("critic_", True)]:  # actor and critic are separate 64-64 tanh MLPs
-            with torch.no_grad():
-                acts_h = [h.float().cpu().numpy() for h in agent.trunk_activations(self.obs, critic)]
-            rank, srank = feature_ranks(acts_h[-1])
-            dormant = dormant_fractions(acts_h)  # on |h|: a tanh unit is dormant when it stays near 0
+        for prefix, (features, magnitudes) in record_activations(agent, [self.obs]).items():
+            rank, srank = feature_ranks(features)
+            dormant = dormant_fractions(magnitudes)  # on |h|: a tanh unit is dormant when it stays near 0
             out[f"diagnostics/{prefix}feature_rank"] = rank
             out[f"diagnostics/{prefix}srank"] = srank
             out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
             out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
             out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-        actor_params = [p for n, p in agent.named_parameters() if not n.startswith("critic")]
-        critic_params = [p for n, p in agent.named_parameters() if n.startswith("critic")]
-        out["diagnostics/actor_weight_norm"] = float(np.linalg.norm(flat_numpy(actor_params)))
-        out["diagnostics/critic_weight_norm"] = float(np.linalg.norm(flat_numpy(critic_params)))
+        out.update(actor_critic_weight_norms(agent))
         return out, seq, ref
 
 
@@ -1359,6 +1433,11 @@ def main():
 
     # Agent and optimizer
     agent = Agent(obs_space.shape[0], act_space.shape[0]).to(device)
+    if args.diagnostics_every > 0:
+        try:
+            check_watched_activations(agent, SCRIPT)
+        except UsageError as e:
+            exit_usage(e)
     # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     loss_fn = maybe_compile(ppo_loss, args.compile)

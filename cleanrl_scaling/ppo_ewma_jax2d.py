@@ -59,7 +59,7 @@ class RunArgs:
 @dataclass
 class ScalingArgs:
     minibatch_size: int = 0
-    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (docs/scaling.md)"""
     scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
     """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
     base_num_envs: int = 0
@@ -69,7 +69,7 @@ class ScalingArgs:
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"
     """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
     diagnostics_every: int = 20
-    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    """compute the diagnostics of docs/metrics.md every K iterations (0 = off)"""
     diagnostics_states: int = 4096
     """at most this many states of the rollout batch are used by the diagnostics"""
     kl_profile: bool = True
@@ -134,6 +134,8 @@ class Args(ScalingArgs, RunArgs):
     """hidden layers of the actor and critic MLPs"""
     eval_every: int = 10
     """log charts/solve_rate over all tasks every K iterations, sampled and greedy (0 = only at the end)"""
+    eval_attempts: Optional[int] = None
+    """sampled episodes per task and evaluation (default ceil(625/--num-tasks): SE <= 0.5/sqrt(tasks x K) <= 0.02; 79 on 8 tasks)"""
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
     init_from: Optional[str] = None
@@ -997,31 +999,69 @@ class EvalCarry(NamedTuple):
     finished: jnp.ndarray
     solved: jnp.ndarray
     ep_return: jnp.ndarray
-    key: jnp.ndarray
+    keys: jnp.ndarray  # [K] one RNG stream per sampled attempt
     t: jnp.ndarray
 
 
-def eval_step(setup: Setup, params, greedy, carry: EvalCarry) -> EvalCarry:
-    key, key_action = jax.random.split(carry.key)
-    logits, _, _, _ = setup.network.apply(params, carry.obs)
-    action = jnp.where(greedy[:, None], jnp.argmax(logits, -1), jax.random.categorical(key_action, logits))
+class EvalResult(NamedTuple):
+    solve_rate: jnp.ndarray  # mean over the K x tasks sampled episodes
+    solve_rate_se: jnp.ndarray  # its standard error across those episodes
+    solve_rate_greedy: jnp.ndarray
+    eval_return: jnp.ndarray
+    eval_return_se: jnp.ndarray
+    eval_return_greedy: jnp.ndarray
+    solved: jnp.ndarray  # [K + 1, tasks] per episode: the K sampled attempts, then the greedy one
+    ep_return: jnp.ndarray
+
+
+def default_eval_attempts(num_tasks: int) -> int:
+    """Enough attempts that the worst-case (p = 1/2) SE 0.5/sqrt(tasks x K) is <= 0.02, i.e. tasks x K >= 625."""
+    return -(-625 // num_tasks)  # 625 = (0.5 / 0.02)^2
+
+
+def attempt_keys(key, attempts: int):
+    """Attempt 0 draws from the evaluation key itself, so K = 1 is the one-episode evaluation of earlier runs."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(attempts)).at[0].set(key)
+
+
+def eval_step(setup: Setup, params, attempts: int, carry: EvalCarry) -> EvalCarry:
+    keys, keys_action = jnp.moveaxis(jax.vmap(jax.random.split)(carry.keys), 1, 0)
+    logits, _, _, _ = setup.network.apply(params, carry.obs)  # [(K + 1) x tasks, D, A]
+    sampled = logits[:attempts * setup.num_tasks].reshape((attempts, setup.num_tasks) + logits.shape[1:])
+    # a draw's first rows do not depend on its length (partitionable threefry): attempt 0 = the old [2 x tasks] draw
+    sampled = jax.vmap(jax.random.categorical)(keys_action, sampled).reshape((-1,) + logits.shape[1:2])
+    action = jnp.concatenate([sampled, jnp.argmax(logits[attempts * setup.num_tasks:], -1)])
     obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
         None, carry.state, action, setup.env_params)
     live = ~carry.finished
     return EvalCarry(state=state, obs=obs, finished=carry.finished | done, solved=carry.solved | (live & done & info["GoalR"]),
-                     ep_return=carry.ep_return + jnp.where(live, reward, 0.0), key=key, t=carry.t + 1)
+                     ep_return=carry.ep_return + jnp.where(live, reward, 0.0), keys=keys, t=carry.t + 1)
 
 
-def evaluate(setup: Setup, tasks: Tasks, params, key):
-    """Each task once with sampled actions and once greedily, until every episode has ended."""
-    n = setup.num_tasks
-    both = jax.tree.map(lambda x: jnp.concatenate([x, x]), tasks)
-    greedy = jnp.arange(2 * n) >= n
-    carry = EvalCarry(state=both.states, obs=both.obs, finished=jnp.zeros(2 * n, bool), solved=jnp.zeros(2 * n, bool),
-                      ep_return=jnp.zeros(2 * n), key=key, t=jnp.zeros((), jnp.int32))
+def standard_error(x):
+    """Sample standard deviation (ddof 1) over the episodes / sqrt(episodes): nan for a single episode."""
+    return x.std(ddof=1) / jnp.sqrt(x.size)
+
+
+def summarise_eval(solved, ep_return) -> EvalResult:
+    """solved, ep_return: [K + 1, tasks], the last row greedy. Greedy play is deterministic, so it has no SE."""
+    sampled, sampled_return = solved[:-1].ravel().astype(jnp.float32), ep_return[:-1].ravel()
+    return EvalResult(solve_rate=sampled.mean(), solve_rate_se=standard_error(sampled),
+                      solve_rate_greedy=solved[-1].mean(), eval_return=sampled_return.mean(),
+                      eval_return_se=standard_error(sampled_return), eval_return_greedy=ep_return[-1].mean(),
+                      solved=solved, ep_return=ep_return)
+
+
+def evaluate(setup: Setup, tasks: Tasks, params, key, attempts: int) -> EvalResult:
+    """Each task `attempts` times with sampled actions and once greedily, in one batch, until every episode ended."""
+    copies = attempts + 1
+    envs = jax.tree.map(lambda x: jnp.concatenate([x] * copies), tasks)
+    size = copies * setup.num_tasks
+    carry = EvalCarry(state=envs.states, obs=envs.obs, finished=jnp.zeros(size, bool), solved=jnp.zeros(size, bool),
+                      ep_return=jnp.zeros(size), keys=attempt_keys(key, attempts), t=jnp.zeros((), jnp.int32))
     carry = jax.lax.while_loop(lambda c: (c.t < setup.max_timesteps + 1) & ~c.finished.all(),
-                               functools.partial(eval_step, setup, params, greedy), carry)
-    return carry.solved[:n].mean(), carry.solved[n:].mean(), carry.ep_return[:n].mean(), carry.ep_return[n:].mean()
+                               functools.partial(eval_step, setup, params, attempts), carry)
+    return summarise_eval(carry.solved.reshape(copies, -1), carry.ep_return.reshape(copies, -1))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1045,6 +1085,7 @@ def validate(args) -> dict:
     check(args.hidden_size >= 1, f"--hidden-size must be >= 1 (got {args.hidden_size})")
     check(args.num_hidden_layers >= 1, f"--num-hidden-layers must be >= 1 (got {args.num_hidden_layers})")
     check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
+    check(args.eval_attempts is None or args.eval_attempts >= 1, f"--eval-attempts must be >= 1 (got {args.eval_attempts})")
     check(args.updates_per_chunk >= 1, f"--updates-per-chunk must be >= 1 (got {args.updates_per_chunk})")
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
@@ -1057,8 +1098,20 @@ def validate(args) -> dict:
     return scaling
 
 
+def apply_scaling(args, scaling: dict) -> None:
+    """Write the resolved batch, minibatches, learning rate and evaluation attempts into args (what the run uses)."""
+    args.batch_size = scaling["batch_size"]
+    args.minibatch_size_resolved = scaling["minibatch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.eval_attempts is None:
+        args.eval_attempts = default_eval_attempts(args.num_tasks)
+
+
 def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the task set)."""
+    """What must match for a checkpoint to be resumed by this run (shapes and the task set). Not --eval-attempts:
+    the evaluation draws from its own key and never changes training, so a resumed run may evaluate with another K."""
     return {"env_id": args.env_id, "num_envs": args.num_envs, "num_tasks": args.num_tasks, "task_seed": args.task_seed,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers}
 
@@ -1136,7 +1189,7 @@ def build(cfg: BuildConfig):
     tasks = generate_tasks(env, env_params, static_params, cfg.task_seed, cfg.num_tasks)
     tasks = jax.device_put(tasks, NamedSharding(mesh, P()))
     chunk = jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))
-    evaluate_jit = jax.jit(functools.partial(evaluate, setup))
+    evaluate_jit = jax.jit(functools.partial(evaluate, setup), static_argnames="attempts")
     init_jit = jax.jit(functools.partial(init_runner, setup))  # one compiled program, not hundreds of eager ops
     return setup, tasks, chunk, evaluate_jit, init_jit
 
@@ -1171,13 +1224,9 @@ def main():
         check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
-    args.batch_size = scaling["batch_size"]
-    args.minibatch_size_resolved = scaling["minibatch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
+    apply_scaling(args, scaling)
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}"
-          + f", devices={jax.device_count()}")
+          + f", eval_attempts={args.eval_attempts}, devices={jax.device_count()}")
 
     # Envs, tasks and agent (seeding: one PRNG key, split into init and the training stream)
     t0 = time.time()
@@ -1230,9 +1279,12 @@ def main():
 
     def run_eval(iteration, params):
         params = jax.device_put(params, eval_device)
-        solved = jax.device_get(evaluate_jit(eval_tasks, params, jax.random.fold_in(eval_key, iteration)))
-        scalars = {"charts/solve_rate": solved[0], "charts/solve_rate_greedy": solved[1],
-                   "charts/eval_return": solved[2], "charts/eval_return_greedy": solved[3]}
+        result = jax.device_get(evaluate_jit(eval_tasks, params, jax.random.fold_in(eval_key, iteration),
+                                             attempts=args.eval_attempts))
+        scalars = {"charts/solve_rate": result.solve_rate, "charts/solve_rate_greedy": result.solve_rate_greedy,
+                   "charts/eval_return": result.eval_return, "charts/eval_return_greedy": result.eval_return_greedy}
+        if args.eval_attempts * args.num_tasks > 1:  # a standard error needs two episodes
+            scalars.update({"charts/solve_rate_se": result.solve_rate_se, "charts/eval_return_se": result.eval_return_se})
         logger.log(iteration * args.batch_size, iteration, scalars)
         return scalars
 
@@ -1298,7 +1350,10 @@ def main():
         last_eval = run_eval(iteration, runner.train.params)
         summary["solve_rate"] = float(last_eval["charts/solve_rate"])
         summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
-        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled, "
+        if "charts/solve_rate_se" in last_eval:
+            summary["solve_rate_se"] = float(last_eval["charts/solve_rate_se"])
+        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled "
+              f"(SE {summary.get('solve_rate_se', float('nan')):.4f}, --eval-attempts {args.eval_attempts}), "
               f"{summary['solve_rate_greedy']:.4f} greedy")
         if args.save_model:
             model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")

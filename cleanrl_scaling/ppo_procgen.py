@@ -52,7 +52,7 @@ class RunArgs:
 @dataclass
 class ScalingArgs:
     minibatch_size: int = 0
-    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (docs/scaling.md)"""
     scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
     """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
     base_num_envs: int = 0
@@ -62,7 +62,7 @@ class ScalingArgs:
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"
     """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
     diagnostics_every: int = 20
-    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    """compute the diagnostics of docs/metrics.md every K iterations (0 = off)"""
     diagnostics_states: int = 4096
     """at most this many states of the rollout batch are used by the diagnostics"""
     kl_profile: bool = True
@@ -537,6 +537,79 @@ def flat_numpy(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
 
 
+# >>> shared:torch-activations
+# What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
+# activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
+ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
+               nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign)
+
+
+def activation_modules(module: nn.Module) -> list:
+    """Every activation module (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.ELU, nn.LeakyReLU, ...) inside `module`."""
+    return [m for m in module.modules() if isinstance(m, ACTIVATIONS)]
+
+
+def watched_activations(agent) -> dict:
+    """{metric prefix: modules whose outputs the diagnostics read}: what agent.watched_activations() marks
+    ("" = the policy's trunk, "critic_" = a separate critic's), else every activation module as one trunk."""
+    if hasattr(agent, "watched_activations"):
+        return dict(agent.watched_activations())
+    return {"": activation_modules(agent)}
+
+
+def check_watched_activations(agent, script: str) -> None:
+    """At start, not at the first diagnostic iteration: every trunk must have a module to watch."""
+    watched = {"": [], **watched_activations(agent)}  # the policy's trunk ("") is always read
+    empty = [prefix or "policy" for prefix, modules in watched.items() if not modules]
+    check(not empty, f"the diagnostics found no activation module to watch in the network ({', '.join(empty)} trunk): "
+                     "use activation modules (nn.ReLU, nn.GELU, ...) rather than functions, or list the modules in "
+                     f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
+
+
+def record_activations(agent, obs_chunks) -> dict:
+    """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
+    watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
+    channel, averaged over the rest), from one forward pass per chunk of states."""
+    watched = watched_activations(agent)
+    current = {prefix: [] for prefix in watched}
+    def hook(prefix):
+        def record(module, inputs, output):  # reduced at once: a later in-place op cannot change the magnitudes
+            h = output.detach().float()
+            current[prefix].append((h.abs().flatten(2).mean(2) if h.dim() > 2 else h.abs(), h))
+        return record
+    handles = [m.register_forward_hook(hook(prefix)) for prefix, modules in watched.items() for m in modules]
+    features, magnitudes = {p: [] for p in watched}, {p: [] for p in watched}
+    try:
+        with torch.no_grad():
+            for obs in obs_chunks:
+                agent(obs)
+                for prefix, outputs in current.items():
+                    if not outputs:
+                        raise RuntimeError(f"the watched activation modules of trunk '{prefix or 'policy'}' did not run in "
+                                           "agent(obs): the diagnostics read the modules the forward pass calls")
+                    magnitudes[prefix].append([magnitude for magnitude, _ in outputs])
+                    features[prefix].append(outputs[-1][1].flatten(1))
+                    outputs.clear()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {p: (torch.cat(features[p]).cpu().numpy(), [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes[p])])
+            for p in watched}
+
+
+def actor_critic_weight_norms(agent) -> dict:
+    """actor_weight_norm and critic_weight_norm when the agent names its critic's own parameters in
+    critic_parameters() (none when actor and critic share a trunk); the actor's are all the others."""
+    critic = list(agent.critic_parameters()) if hasattr(agent, "critic_parameters") else []
+    if not critic:
+        return {}
+    critic_ids = {id(p) for p in critic}
+    actor = [p for p in agent.parameters() if id(p) not in critic_ids]
+    return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
+            "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
+# <<< shared:torch-activations
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Environment and agent
 # ---------------------------------------------------------------------------------------------------------
@@ -671,19 +744,16 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 # IMPALA CNN (Espeholt et al. 2018), as CleanRL's ppo_procgen: PyTorch's default init in the trunk,
-# orthogonal init in the heads. `acts`, when a list, collects every post-ReLU hidden output (diagnostics).
+# orthogonal init in the heads. Every ReLU is a module of its own: the diagnostics read their outputs.
 class ResidualBlock(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.relu0, self.relu1 = nn.ReLU(), nn.ReLU()
 
-    def forward(self, x, acts=None):
-        h0 = torch.relu(x)
-        h1 = torch.relu(self.conv0(h0))
-        if acts is not None:
-            acts += [h0, h1]
-        return x + self.conv1(h1)
+    def forward(self, x):
+        return x + self.conv1(self.relu1(self.conv0(self.relu0(x))))
 
 
 class ConvSequence(nn.Module):
@@ -694,9 +764,9 @@ class ConvSequence(nn.Module):
         self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
         self.res0, self.res1 = ResidualBlock(out_channels), ResidualBlock(out_channels)
 
-    def forward(self, x, acts=None):
+    def forward(self, x):
         x = nn.functional.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
-        return self.res1(self.res0(x, acts), acts)
+        return self.res1(self.res0(x))
 
 
 class ImpalaCNN(nn.Module):
@@ -710,18 +780,19 @@ class ImpalaCNN(nn.Module):
             in_channels, size = out_channels, (size + 1) // 2
         self.stacks = nn.ModuleList(stacks)
         self.dense = nn.Linear(in_channels * size * size, hidden)
+        self.relu, self.dense_relu = nn.ReLU(), nn.ReLU()
 
-    def forward(self, x, acts=None):
+    def forward(self, x):
         for stack in self.stacks:
-            x = stack(x, acts)
-        x = torch.relu(x)
-        hidden = torch.relu(self.dense(x.flatten(1)))
-        if acts is not None:
-            acts += [x, hidden]
-        return hidden
+            x = stack(x)
+        return self.dense_relu(self.dense(self.relu(x).flatten(1)))
 
 
 class Agent(nn.Module):
+    """The contract the rest of the script relies on (docs/ppo_procgen.md, Changing the network):
+    agent(uint8 frames [B, 64, 64, 3]) -> (logits [B, A], value [B]); optional: watched_activations() and
+    critic_parameters(), read by the diagnostics."""
+
     def __init__(self, num_actions: int, separate_encoders: bool = False, channels_last: bool = False):
         super().__init__()
         self.channels_last = channels_last
@@ -749,11 +820,18 @@ class Agent(nn.Module):
         with torch.autocast(hidden.device.type, enabled=False):
             return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
 
-    def trunk_activations(self, obs, critic: bool = False) -> list:
-        """Post-ReLU outputs of every hidden layer, the 256 features last (dormant units, feature rank)."""
-        acts = []
-        (self.critic_network if critic else self.network)(self.preprocess(obs), acts)
-        return acts
+    def watched_activations(self) -> dict:
+        """The ReLUs of each trunk, whose outputs the diagnostics read; the last to run gives the 256 features."""
+        trunks = {"": activation_modules(self.network)}
+        if self.critic_network is not None:
+            trunks["critic_"] = activation_modules(self.critic_network)
+        return trunks
+
+    def critic_parameters(self) -> list:
+        """The critic's own parameters (critic_weight_norm): none when it shares the actor's trunk."""
+        if self.critic_network is None:
+            return []
+        return list(self.critic_network.parameters()) + list(self.critic.parameters())
 
 
 def sample_actions(logits: torch.Tensor, generator=None) -> tuple:
@@ -1095,17 +1173,10 @@ class DiagnosticProbe:
             logits = torch.cat([agent(part)[0] for part in obs.split(self.chunk)])
         return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
 
-    def representation(self, agent, critic: bool) -> tuple:
-        """Penultimate features [S, 256] and, per hidden layer, mean |h| of every unit per state [S, units]
-        (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
-        magnitudes, features = [], []
-        with torch.no_grad():
-            for obs in self.obs.split(self.chunk):
-                hidden = agent.trunk_activations(obs, critic)
-                magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
-                features.append(hidden[-1].float())
-        per_layer = [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes)]
-        return torch.cat(features).cpu().numpy(), per_layer
+    def representation(self, agent) -> dict:
+        """{trunk prefix: (penultimate features [S, 256], per hidden layer mean |h| of every unit per state)}, chunk
+        by chunk: all feature_ranks and dormant_fractions need, in bounded memory."""
+        return record_activations(agent, self.obs.split(self.chunk))
 
     def first_gradient(self, agent):
         self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
@@ -1139,9 +1210,7 @@ class DiagnosticProbe:
             "diagnostics/policy_variance": policy_variance(np.exp(logp_after)),
             "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
         }
-        trunks = [("", False)] + ([("critic_", True)] if agent.critic_network is not None else [])
-        for prefix, critic in trunks:
-            features, magnitudes = self.representation(agent, critic)
+        for prefix, (features, magnitudes) in self.representation(agent).items():
             rank, srank = feature_ranks(features)
             dormant = dormant_fractions(magnitudes)
             out[f"diagnostics/{prefix}feature_rank"] = rank
@@ -1149,11 +1218,7 @@ class DiagnosticProbe:
             out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
             out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
             out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-        if agent.critic_network is not None:
-            actor_params = [p for n, p in agent.named_parameters() if not n.startswith("critic")]
-            critic_params = [p for n, p in agent.named_parameters() if n.startswith("critic")]
-            out["diagnostics/actor_weight_norm"] = float(np.linalg.norm(flat_numpy(actor_params)))
-            out["diagnostics/critic_weight_norm"] = float(np.linalg.norm(flat_numpy(critic_params)))
+        out.update(actor_critic_weight_norms(agent))
         return out, seq, ref
 
 
@@ -1271,6 +1336,11 @@ def main():
     agent = Agent(envs.action_space.n, args.separate_encoders, args.channels_last).to(device)
     if args.channels_last:
         agent = agent.to(memory_format=torch.channels_last)
+    if args.diagnostics_every > 0:
+        try:
+            check_watched_activations(agent, SCRIPT)
+        except UsageError as e:
+            exit_usage(e)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
     torch.manual_seed(args.seed)
     if ckpt:

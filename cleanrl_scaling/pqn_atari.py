@@ -52,7 +52,7 @@ class RunArgs:
 @dataclass
 class ScalingArgs:
     minibatch_size: int = 0
-    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (docs/scaling.md)"""
     scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
     """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
     base_num_envs: int = 0
@@ -62,7 +62,7 @@ class ScalingArgs:
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"
     """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
     diagnostics_every: int = 20
-    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    """compute the diagnostics of docs/metrics.md every K iterations (0 = off)"""
     diagnostics_states: int = 4096
     """at most this many states of the rollout batch are used by the diagnostics"""
     kl_profile: bool = True
@@ -550,6 +550,79 @@ def flat_numpy(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
 
 
+# >>> shared:torch-activations
+# What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
+# activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
+ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
+               nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign)
+
+
+def activation_modules(module: nn.Module) -> list:
+    """Every activation module (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.ELU, nn.LeakyReLU, ...) inside `module`."""
+    return [m for m in module.modules() if isinstance(m, ACTIVATIONS)]
+
+
+def watched_activations(agent) -> dict:
+    """{metric prefix: modules whose outputs the diagnostics read}: what agent.watched_activations() marks
+    ("" = the policy's trunk, "critic_" = a separate critic's), else every activation module as one trunk."""
+    if hasattr(agent, "watched_activations"):
+        return dict(agent.watched_activations())
+    return {"": activation_modules(agent)}
+
+
+def check_watched_activations(agent, script: str) -> None:
+    """At start, not at the first diagnostic iteration: every trunk must have a module to watch."""
+    watched = {"": [], **watched_activations(agent)}  # the policy's trunk ("") is always read
+    empty = [prefix or "policy" for prefix, modules in watched.items() if not modules]
+    check(not empty, f"the diagnostics found no activation module to watch in the network ({', '.join(empty)} trunk): "
+                     "use activation modules (nn.ReLU, nn.GELU, ...) rather than functions, or list the modules in "
+                     f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
+
+
+def record_activations(agent, obs_chunks) -> dict:
+    """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
+    watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
+    channel, averaged over the rest), from one forward pass per chunk of states."""
+    watched = watched_activations(agent)
+    current = {prefix: [] for prefix in watched}
+    def hook(prefix):
+        def record(module, inputs, output):  # reduced at once: a later in-place op cannot change the magnitudes
+            h = output.detach().float()
+            current[prefix].append((h.abs().flatten(2).mean(2) if h.dim() > 2 else h.abs(), h))
+        return record
+    handles = [m.register_forward_hook(hook(prefix)) for prefix, modules in watched.items() for m in modules]
+    features, magnitudes = {p: [] for p in watched}, {p: [] for p in watched}
+    try:
+        with torch.no_grad():
+            for obs in obs_chunks:
+                agent(obs)
+                for prefix, outputs in current.items():
+                    if not outputs:
+                        raise RuntimeError(f"the watched activation modules of trunk '{prefix or 'policy'}' did not run in "
+                                           "agent(obs): the diagnostics read the modules the forward pass calls")
+                    magnitudes[prefix].append([magnitude for magnitude, _ in outputs])
+                    features[prefix].append(outputs[-1][1].flatten(1))
+                    outputs.clear()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {p: (torch.cat(features[p]).cpu().numpy(), [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes[p])])
+            for p in watched}
+
+
+def actor_critic_weight_norms(agent) -> dict:
+    """actor_weight_norm and critic_weight_norm when the agent names its critic's own parameters in
+    critic_parameters() (none when actor and critic share a trunk); the actor's are all the others."""
+    critic = list(agent.critic_parameters()) if hasattr(agent, "critic_parameters") else []
+    if not critic:
+        return {}
+    critic_ids = {id(p) for p in critic}
+    actor = [p for p in agent.parameters() if id(p) not in critic_ids]
+    return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
+            "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
+# <<< shared:torch-activations
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Environment and Q-network
 # ---------------------------------------------------------------------------------------------------------
@@ -623,6 +696,10 @@ def nature_cnn_layernorm(network: str = "cleanrl") -> nn.Sequential:
 
 
 class QNetwork(nn.Module):
+    """The contract the rest of the script relies on (docs/pqn_atari.md, Changing the network):
+    q_network(uint8 frames [B, 4, 84, 84]) -> Q-values [B, A]; the diagnostics read the outputs of every
+    activation module (here the four ReLUs) unless watched_activations() lists others; channels_last is optional."""
+
     def __init__(self, num_actions: int, channels_last: bool = False, network: str = "cleanrl"):
         super().__init__()
         self.channels_last = channels_last
@@ -630,25 +707,12 @@ class QNetwork(nn.Module):
         # purejaxql's Q head is a flax Dense with its default lecun_normal init
         self.q_head = (lecun_normal if network == "purejaxql" else layer_init)(nn.Linear(512, num_actions))
 
-    def scaled_input(self, obs):
-        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
-            obs = obs.contiguous(memory_format=torch.channels_last)
-        return obs.float().mul_(1.0 / 255.0)
-
     def forward(self, obs):
         """uint8 frames [B, 4, 84, 84] -> Q-values [B, A]."""
-        return self.q_head(self.network(self.scaled_input(obs)))
-
-    def trunk_activations(self, obs) -> list:
-        """Post-ReLU outputs of every hidden layer (for the dormant-unit and feature-rank diagnostics), from
-        the input forward() sees."""
-        x = self.scaled_input(obs)
-        outputs = []
-        for layer in self.network:
-            x = layer(x)
-            if isinstance(layer, nn.ReLU):
-                outputs.append(x)
-        return outputs
+        if self.channels_last:  # convert while still uint8: one float copy of the batch instead of three
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        x = obs.float().mul_(1.0 / 255.0)
+        return self.q_head(self.network(x))
 
 
 def epsilon_at(step: int, args) -> float:
@@ -964,7 +1028,7 @@ def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, pro
 # ---------------------------------------------------------------------------------------------------------
 class DiagnosticProbe:
     def __init__(self, q_network, obs, autocast, chunk):
-        if q_network.channels_last:  # converted once here, not in each forward pass
+        if getattr(q_network, "channels_last", False):  # converted once here, not in each forward pass
             obs = obs.contiguous(memory_format=torch.channels_last)
         self.obs, self.autocast, self.chunk = obs, autocast, chunk or len(obs)
         self.params_before = [p.detach().clone() for p in q_network.parameters()]
@@ -979,14 +1043,8 @@ class DiagnosticProbe:
     def representation(self, q_network) -> tuple:
         """Penultimate features [S, 512] and, per hidden layer, mean |h| of every unit per state [S, units]
         (conv channels averaged over positions): all dormant_fractions needs, in bounded memory."""
-        magnitudes, features = [], []
-        with torch.no_grad(), self.autocast():  # what the policy sees: under --bf16 its autocast activations
-            for obs in self.obs.split(self.chunk):
-                hidden = q_network.trunk_activations(obs)
-                magnitudes.append([h.float().abs().flatten(2).mean(2) if h.dim() == 4 else h.float().abs() for h in hidden])
-                features.append(hidden[-1].float())
-        per_layer = [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes)]
-        return torch.cat(features).cpu().numpy(), per_layer
+        with self.autocast():  # what the policy sees: under --bf16 its autocast activations
+            return record_activations(q_network, self.obs.split(self.chunk))[""]
 
     def first_gradient(self, q_network):
         self.grad = flat_numpy([p.grad for p in q_network.parameters() if p.grad is not None])
@@ -1151,6 +1209,11 @@ def main():
     q_network = QNetwork(envs.action_space.n, args.channels_last, args.network).to(device)
     if args.channels_last:
         q_network = q_network.to(memory_format=torch.channels_last)
+    if args.diagnostics_every > 0:
+        try:
+            check_watched_activations(q_network, SCRIPT)
+        except UsageError as e:
+            exit_usage(e)
     optimizer = make_optimizer(q_network, args)
     torch.manual_seed(args.seed)
     if ckpt:

@@ -63,7 +63,7 @@ class RunArgs:
 @dataclass
 class ScalingArgs:
     minibatch_size: int = 0
-    """samples per minibatch; if > 0 it decides instead of --num-minibatches (SPEC §3)"""
+    """samples per minibatch; if > 0 it decides instead of --num-minibatches (docs/scaling.md)"""
     scaling_recipe: Literal["none", "more-minibatches", "larger-minibatches", "sqrt-lr", "hybrid"] = "none"
     """how minibatches and lr follow --num-envs relative to --base-num-envs (B26 §5, App. D)"""
     base_num_envs: int = 0
@@ -73,7 +73,7 @@ class ScalingArgs:
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"
     """scale lr by the minibatch-size ratio to the base configuration (M25 Fig. 11)"""
     diagnostics_every: int = 20
-    """compute the SPEC §5 diagnostics every K iterations (0 = off)"""
+    """compute the diagnostics of docs/metrics.md every K iterations (0 = off)"""
     diagnostics_states: int = 4096
     """at most this many states of the rollout batch are used by the diagnostics"""
     kl_profile: bool = True

@@ -177,6 +177,6 @@ def check_figure_numbers(out_dir: pathlib.Path) -> None:
     assert {(r["num_envs"], r["group"]) for r in fig7a} == {(n, f"COM {c}") for n in ("16", "64") for c in (2, 8, 32)}
     fig6b = read_csv(out_dir / "beukman2026_fig6b.csv")
     assert {r["clip_coef"] for r in fig6b} == {"0", "0.1", "0.2", "0.4"}  # the CSV writes 0.0 as 0
-    for name in ("beukman2026_fig3a", "beukman2026_fig3a_train"):
+    for name in ("beukman2026_fig3a", "beukman2026_fig3a_train"):  # B26's legend: COM (starting COM)
         assert {r["group"] for r in read_csv(out_dir / f"{name}.csv")} == {
-            "com2", "com32", "com2_to_2", "com2_to_32", "com32_to_2", "com32_to_32"}
+            "2", "32", "2 (2)", "32 (2)", "2 (32)", "32 (32)"}

@@ -45,9 +45,12 @@ def test_iqm_hand_values():
 
 
 def test_mean_ci_hand_values():
-    mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [2.0], [3.0], [4.0]]))
-    half = 3.182446305284263 * math.sqrt(5 / 3) / 2  # t_{0.975, 3} * s / sqrt(4), s^2 = 5/3
-    assert mean[0] == 2.5 and lo[0] == pytest.approx(2.5 - half) and hi[0] == pytest.approx(2.5 + half)
+    mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [2.0], [3.0], [4.0], [5.0]]))
+    half = 2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975, 4} * s / sqrt(5), s^2 = 10/4
+    assert mean[0] == 3.0 and lo[0] == pytest.approx(3.0 - half) and hi[0] == pytest.approx(3.0 + half)
+    for band in ("auto", "ci95"):  # 4 seeds: never a t-interval (SPEC §9), the seeds' range instead
+        mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [2.0], [3.0], [4.0]]), band=band)
+        assert (mean[0], lo[0], hi[0]) == (2.5, 1.0, 4.0)
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [3.0]]), band="std")
     assert (mean[0], lo[0], hi[0]) == pytest.approx((2.0, 2.0 - math.sqrt(2), 2.0 + math.sqrt(2)))
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0, 5.0], [3.0, 4.0], [2.0, 9.0]]), band="minmax")
@@ -111,8 +114,10 @@ def test_human_normalised_scores():
 # ---------------------------------------------------------------------------------------------------------
 # Commands end to end on synthetic runs
 # ---------------------------------------------------------------------------------------------------------
-def test_curves_mean_and_ci_over_seeds(tmp_path):
-    """y = lr * step + offset with offsets -1, 0, +1 over 3 seeds: mean lr * step, CI half-width t_{0.975,2}/sqrt(3)."""
+def test_curves_mean_and_band_over_seeds(tmp_path):
+    """y = lr * step + offset with offsets -1, 0, +1 over 3 seeds: mean lr * step and, below 5 seeds, the seeds'
+    range (+-1) whatever --band asks for a t-interval; with offsets -2..2 over 5 seeds, the t-interval
+    t_{0.975,4} * sqrt(2.5) / sqrt(5)."""
     runs = tmp_path / "runs"
     for lr in (0.1, 0.2):
         for seed, offset in zip((1, 2, 3), (-1.0, 0.0, 1.0)):
@@ -124,11 +129,24 @@ def test_curves_mean_and_ci_over_seeds(tmp_path):
     assert os.path.getsize(f"{out}.png") > 0 and os.path.getsize(f"{out}.pdf") > 0
     rows = read_csv(f"{out}.csv")
     assert len(rows) == 6 and {r["group"] for r in rows} == {"learning_rate=0.1", "learning_rate=0.2"}
-    half = stats.t.ppf(0.975, 2) / math.sqrt(3)
     for r in rows:
         lr, x = float(r["group"].split("=")[1]), float(r["x"])
-        assert float(r["mean"]) == pytest.approx(lr * x) and int(r["n"]) == 3
-        assert float(r["hi"]) - float(r["mean"]) == pytest.approx(half)
+        assert float(r["mean"]) == pytest.approx(lr * x) and int(r["n"]) == 3 and r["band"] == "range"
+        assert (float(r["lo"]), float(r["hi"])) == (pytest.approx(lr * x - 1), pytest.approx(lr * x + 1))
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "learning-rate", "--band",
+                           "ci95", "--out", str(out)]) == 0  # the launcher's spelling of the key groups the same
+    again = read_csv(f"{out}.csv")
+    assert [(r["group"], r["lo"], r["hi"], r["band"]) for r in again] == [(r["group"], r["lo"], r["hi"], "range")
+                                                                          for r in rows]
+    for seed, offset in zip((4, 5), (-2.0, 2.0)):
+        write_run(runs, "Toy-v0", "toy", seed, [(s, {"charts/r": 0.1 * s + offset}) for s in (0, 10, 20)],
+                  learning_rate=0.1)
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "learning_rate",
+                           "--out", str(out)]) == 0
+    five = [r for r in read_csv(f"{out}.csv") if r["group"] == "learning_rate=0.1"]
+    half = stats.t.ppf(0.975, 4) * math.sqrt(2.5) / math.sqrt(5)
+    assert all(r["band"] == "ci95" and int(r["n"]) == 5 for r in five)
+    assert [float(r["hi"]) - float(r["mean"]) for r in five] == pytest.approx([half] * 3)
 
 
 def test_curves_interpolate_irregular_logging_and_pct(tmp_path):
@@ -289,21 +307,21 @@ def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
             for anneal in (True, False):
                 for seed in (1, 2):
                     final = com + 100 * lr + (0.5 if anneal == (lr == 0.01) else 0.0) + seed
-                    write_run(runs, "Loco-v0", "ewma", seed, [(0, {"charts/solve_rate": 0.0}),
-                                                               (10, {"charts/solve_rate": final})],
+                    write_run(runs, "Loco-v0", "ewma", seed, [(0, {"charts/score": 0.0}),
+                                                               (10, {"charts/score": final})],
                               ewma_com=com, learning_rate=lr, anneal_lr=anneal)
     out = tmp_path / "s"
-    assert aggregate.main(["sweep", str(runs), "--metric", "charts/solve_rate", "--x-key", "learning_rate",
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/score", "--x-key", "learning_rate",
                            "--group-by", "ewma_com", "--best-over", "anneal_lr", "--logx", "--out", str(out)]) == 0
     rows = {(r["group"], float(r["learning_rate"])): r for r in read_csv(f"{out}.csv")}
     assert len(rows) == 4
-    half = stats.t.ppf(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # seeds 1 and 2: sd sqrt(1/2)
+    half = 0.5  # seeds 1 and 2: the error bar is their range (SPEC §9: no t-interval from 2 seeds)
     for (group, lr), r in rows.items():
         com = int(group.split("=")[1])
         assert float(r["mean"]) == pytest.approx(com + 100 * lr + 0.5 + 1.5)
         assert r["anneal_lr"] == str(lr == 0.01) and int(r["n"]) == 2
-        assert float(r["hi"]) - float(r["mean"]) == pytest.approx(half)
-    assert aggregate.main(["sweep", str(runs), "--metric", "charts/solve_rate", "--x-key", "ewma_com",
+        assert float(r["hi"]) - float(r["mean"]) == pytest.approx(half) and r["band"] == "range"
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/score", "--x-key", "ewma_com",
                            "--group-by", "ewma_com", "--out", str(out)]) == 2
 
 
@@ -354,3 +372,135 @@ def test_kl_profile_of_the_best_run_per_setting(tmp_path):
     assert {r["pct_of_training"] for r in rows} == {"50", "100"}
     assert aggregate.main(["kl-profile", str(tmp_path / "runs"), "--filter", "minibatch_size=7",
                            "--out", str(out)]) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 38: bands SPEC §9 allows, the final-window statistic the pages state, tables (issue 43)
+# ---------------------------------------------------------------------------------------------------------
+def test_bands_are_clipped_to_the_metric_range_and_bootstrap_by_hand(tmp_path):
+    ess = np.array([[99.0], [100.0], [100.0], [99.5], [100.0]])  # the t-interval's top is 100.3: ESS % stops at 100
+    mean, lo, hi = aggregate.mean_ci(ess, limits=aggregate.METRIC_RANGES["diagnostics/ess_pct"])
+    assert mean[0] == pytest.approx(99.7) and hi[0] == 100.0 and lo[0] < 99.7
+    # two seeds 0 and 10: resampled means are 0, 5, 10 with probabilities 1/4, 1/2, 1/4, so the 2.5% and 97.5%
+    # percentiles are 0 and 10
+    mean, lo, hi = aggregate.mean_ci(np.array([[0.0], [10.0]]), band="bootstrap", reps=4000)
+    assert (mean[0], lo[0], hi[0]) == (5.0, 0.0, 10.0)
+    runs = tmp_path / "runs"
+    for seed, top in zip(range(1, 6), (0.9, 1.0, 1.0, 1.0, 1.0)):
+        write_run(runs, "Loco-v0", "ewma", seed, [(s, {"charts/solve_rate": top}) for s in (0, 10)])
+    out = tmp_path / "c"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/solve_rate", "--out", str(out)]) == 0
+    rows = read_csv(f"{out}.csv")
+    assert all(r["band"] == "ci95" and float(r["hi"]) == 1.0 and float(r["lo"]) < 0.98 for r in rows)
+
+
+def test_final_is_the_mean_of_the_episodes_in_the_last_tenth_of_the_run_steps(tmp_path):
+    """A run of 1,000 steps (its last row, at step 1000, logs no return): the last 10% is steps 900..1000, holding
+    the episodes 2, 4, 6 (all ending at step 900) and 0 (step 950): final = 12 / 4 = 3. A per-step mean would give
+    (4 + 0) / 2 = 2, and a window measured from the last return (950 - 10% of 850) would take in the 100 at 880."""
+    runs = tmp_path / "runs"
+    rows = [(100, {"charts/episodic_return": 50.0}), (880, {"charts/episodic_return": 100.0}),
+            (900, {"charts/episodic_return": 2.0}), (900, {"charts/episodic_return": 4.0}),
+            (900, {"charts/episodic_return": 6.0}), (950, {"charts/episodic_return": 0.0}),
+            (1000, {"losses/value_loss": 1.0})]
+    write_run(runs, "Ant-v4", "ppo", 1, rows, learning_rate=3e-4)
+    write_run(runs, "Ant-v4", "ppo", 2, [(s, {"charts/episodic_return": v + 1.0} if "charts/episodic_return" in t
+                                          else t) for s, t in rows for v in [t.get("charts/episodic_return", 0)]],
+              learning_rate=3e-4)
+    loaded = aggregate.load_runs([str(runs)])
+    assert sorted(aggregate.per_run_scores(loaded, "charts/episodic_return", "final", 0.1, None)) == \
+        pytest.approx([3.0, 4.0])
+    out = tmp_path / "t"
+    assert aggregate.main(["table", str(runs), "--metric", "charts/episodic_return", "--group-by", "learning-rate",
+                           "--out", str(out)]) == 0
+    (row,) = read_csv(f"{out}.csv")
+    assert row["group"] == "learning_rate=0.0003" and row["n"] == "2" and row["interval"] == "range"
+    assert [float(row[k]) for k in ("mean", "iqm", "lo", "hi")] == pytest.approx([3.5, 3.5, 3.0, 4.0])
+    assert row["seeds"] == "1:3 2:4" and row["stat"] == "final"
+    markdown = open(f"{out}.md").read().splitlines()
+    assert markdown[0].startswith("| task | group | seeds | mean | IQM | interval | per seed |")
+    assert markdown[2] == "| Ant-v4 | learning_rate=0.0003 | 2 | 3.5 | 3.5 | [3, 4] (range) | 1: 3, 2: 4 |"
+
+
+def test_table_bootstraps_from_five_seeds_and_reports_the_iqm(tmp_path):
+    """Finals 1, 2, 3, 4, 100 over five seeds: mean 22, IQM (cut 1 at each end) 3, a 95% bootstrap interval of the
+    mean inside [1, 100]; with --interval range the seeds' range."""
+    runs = tmp_path / "runs"
+    for seed, final in zip(range(1, 6), (1.0, 2.0, 3.0, 4.0, 100.0)):
+        write_run(runs, "Toy-v0", "toy", seed, [(s, {"charts/r": final}) for s in (0, 50, 100)])
+    out = tmp_path / "t"
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--reps", "2000", "--out", str(out)]) == 0
+    (row,) = read_csv(f"{out}.csv")
+    assert row["interval"] == "bootstrap" and float(row["mean"]) == pytest.approx(22.0)
+    assert float(row["iqm"]) == pytest.approx(3.0)
+    assert 1.0 <= float(row["lo"]) < 22.0 < float(row["hi"]) <= 100.0
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--interval", "range", "--out", str(out)]) == 0
+    (row,) = read_csv(f"{out}.csv")
+    assert (float(row["lo"]), float(row["hi"])) == (1.0, 100.0)
+
+
+def test_one_point_draws_error_bars_and_the_reference_group_is_a_line(tmp_path):
+    """B26 Figs. 13-14: the base (N = 64) is a dotted reference line in its colour, every other group a line from the
+    base's point to its own points, with error bars (the seeds' range at 2 seeds)."""
+    from matplotlib.container import ErrorbarContainer
+
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(runs, "Ant-v4", "ppo", seed, [(s, {"charts/SPS": 100.0 + seed}) for s in (0, 10)], num_envs=64,
+                  scaling_recipe="none")
+        for recipe, sps in (("more-minibatches", 50.0), ("larger-minibatches", 200.0)):
+            write_run(runs, "Ant-v4", "ppo", seed, [(s, {"charts/SPS": sps + seed}) for s in (0, 10)], num_envs=1024,
+                      scaling_recipe=recipe)
+    args = aggregate.parse_args(["sweep", str(runs), "--metric", "charts/SPS", "--stat", "last", "--x-key",
+                                 "num-envs", "--group-by", "scaling-recipe", "--label", "{scaling_recipe}",
+                                 "--reference-group", "none"])
+    aggregate.canonical_keys(args)
+    loaded = aggregate.load_runs(args.runs)
+    result = aggregate.cmd_sweep(args, loaded, aggregate.Grouping(loaded, args.group_by, args.label))
+    ax = result["fig"].axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2  # the two recipes; the base is the reference line
+    lines = {c.get_label(): c.lines[0].get_xydata().tolist() for c in bars}
+    assert lines == {"larger-minibatches": [[64, 101.5], [1024, 201.5]],
+                     "more-minibatches": [[64, 101.5], [1024, 51.5]]}
+    reference = [line for line in ax.lines if line.get_linestyle() == ":"]
+    assert [line.get_ydata()[0] for line in reference] == [101.5]
+    from cleanrl_scaling.utils import plots
+    fig = plots.plot_curves([{"series": {"a": (np.array([5.0]), np.array([1.0]), np.array([0.5]), np.array([2.0]))}}],
+                            ["a"])
+    (bar,) = fig.axes[0].containers
+    segments = bar.lines[2][0].get_segments()
+    assert [list(map(list, seg)) for seg in segments] == [[[5.0, 0.5], [5.0, 2.0]]]
+
+
+def test_series_put_both_grown_arms_on_one_axis_and_relabel_renames(tmp_path):
+    """M25 Fig. 8: --series KEY=V:LABEL makes one line per filter, the shared base (N = 64, T = 32) starting both;
+    --relabel renames a legend label (B26 Fig. 3a's 'COM (starting COM)')."""
+    runs = tmp_path / "runs"
+    for n, t, final in ((64, 32, 10.0), (1024, 32, 4.0), (64, 512, 6.0)):
+        write_run(runs, "Ant-v4", "ppo", 1, [(s, {"charts/r": final}) for s in (0, 100)], num_envs=n, num_steps=t,
+                  batch_size=n * t)
+    out = tmp_path / "s"
+    assert aggregate.main(["sweep", str(runs), "--metric", "charts/r", "--x-key", "batch-size", "--series",
+                           "num_steps=32:through N", "--series", "num-envs=64:through T", "--out", str(out)]) == 0
+    got = {(r["group"], int(r["batch_size"])): float(r["mean"]) for r in read_csv(f"{out}.csv")}
+    assert got == {("through N", 2048): 10.0, ("through N", 32768): 4.0, ("through T", 2048): 10.0,
+                   ("through T", 32768): 6.0}
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--group-by", "num_envs", "--label",
+                           "{num_envs}", "--relabel", "1024->N 1024", "--out", str(out)]) == 0
+    assert [r["group"] for r in read_csv(f"{out}.csv")] == ["64", "N 1024"]
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--relabel", "no arrow", "--out", str(out)]) == 2
+
+
+def test_kl_profile_draws_one_style_per_setting_and_one_colour_per_phase():
+    """H25 Fig. 3: 1000x50 solid, 100x500 dashed; the k-th phase of every run shares the k-th colour."""
+    rows = [{"env_id": "Walker2d-v4", "group": group, "run": f"Walker2d-v4__ppo__{seed}__1", "pct_of_training": phase,
+             "kind": kind, "pct_of_update": x, "kl": 1e-3 * (1 + x)}
+            for group, seed in (("100x500", 1), ("1000x50", 4)) for phase in (10.0, 50.0) for kind in ("seq", "ref")
+            for x in (50.0, 100.0)]
+    fig = aggregate.draw_kl_profile(rows, dashed=["100x500"])
+    lines = {line.get_label(): line for line in fig.axes[0].lines}
+    assert set(lines) == {"100x500 @ 10%", "100x500 @ 50%", "1000x50 @ 10%", "1000x50 @ 50%"}
+    assert lines["100x500 @ 10%"].get_linestyle() == "--" and lines["1000x50 @ 10%"].get_linestyle() == "-"
+    color = {name: line.get_color() for name, line in lines.items()}
+    assert color["100x500 @ 50%"] == color["1000x50 @ 50%"] != color["1000x50 @ 10%"]

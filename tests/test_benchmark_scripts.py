@@ -326,7 +326,8 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
 
 @pytest.mark.parametrize("script, names", [
     ("beukman2026_fig10_mujoco", ["beukman2026_fig10_mujoco"]),
-    ("beukman2026_fig9_mujoco", ["beukman2026_fig9_mujoco", "beukman2026_fig13_mujoco", "beukman2026_fig14_mujoco"])])
+    ("beukman2026_fig9_mujoco", ["beukman2026_fig9_mujoco", "beukman2026_fig13_mujoco", "beukman2026_fig14_mujoco"]),
+    ("mayor2025_fig8_mujoco", ["mayor2025_fig8_mujoco", "mayor2025_fig8_mujoco_by_batch"])])
 def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path):
     """Issue 15: every figure of the MuJoCo substitutes is drawn per task (NAME_<env_id>), from that task's runs
     only: Ant's returns are never averaged with Humanoid's. Drawn from finished runs of the script's own grid, so
@@ -342,8 +343,9 @@ def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path)
         final = scale[flags["env_id"]] * int(flags["num_envs"]) / 64
         rows = [{"global_step": s, "iteration": s // 100, "wall_time": s / 100.0, "charts/SPS": 1000.0,
                  "charts/episodic_return": final * s / 1000} for s in (100, 1000)]
+        resolved = {"batch_size": int(flags["num_envs"]) * int(flags["num_steps"])}  # what the script records
         write_finished(runs / f"{flags['env_id']}__{args['exp_name']}__{flags['seed']}__{i}",
-                       {"script": "ppo_continuous_mujoco", "argv": argv, "args": args}, rows)
+                       {"script": "ppo_continuous_mujoco", "argv": argv, "args": args, "resolved": resolved}, rows)
     out = subprocess.run(["bash", str(REPO / "benchmark" / f"{script}.sh")], capture_output=True, text=True,
                          env=script_env(SCALE="laptop", NUM_ENVS_LIST=grid, RUNS_DIR=runs, OUT_DIR=out_dir),
                          timeout=600)
@@ -354,6 +356,10 @@ def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path)
             assert rows and {r["env_id"] for r in rows} == {env_id}
             values = [float(r["mean"]) for r in rows if r["metric"] == "charts/episodic_return"]
             assert all(0 <= v <= factor * 1024 / 64 for v in values), (name, env_id, max(values))  # not pooled
+            if name.endswith("by_batch"):  # M25 Fig. 8: both arms on one axis, the base (2048 samples) on each
+                got = {(r["group"], int(r["batch_size"])) for r in rows}
+                assert {b for g, b in got if g.startswith("grown through N")} == {2048, 8192, 32768}
+                assert {b for g, b in got if g.startswith("grown through T")} == {2048, 8192, 32768}
             if name.endswith("fig14_mujoco"):  # final return at N: the last logged return, factor x N / 64
                 got = {int(r["num_envs"]): float(r["mean"]) for r in rows if r["group"] == "more-minibatches"}
                 assert got == {n: pytest.approx(factor * n / 64) for n in (256, 1024)}

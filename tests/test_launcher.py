@@ -296,3 +296,105 @@ def test_a_stopped_launcher_forwards_sigint_to_its_runs(signum, tmp_path):
     out, err = proc.communicate(timeout=60)
     assert (tmp_path / "run.stopped").read_text() == "SIGINT", err
     assert "forwarding SIGINT to 1 running run" in err and proc.returncode == 130  # docs/pipeline.md
+
+
+WANDB_FAKE = """import json, os, sys
+args = sys.argv[1:]
+flags = dict(zip(args, args[1:]))
+out = os.path.join(flags["--runs-dir"], f"env_{flags['--lr']}_{flags['--seed']}.json")
+os.makedirs(flags["--runs-dir"], exist_ok=True)
+json.dump({k: os.environ.get(k) for k in ("WANDB_RUN_GROUP", "WANDB_TAGS")}, open(out, "w"))
+"""
+
+
+def test_runs_of_a_sweep_share_a_wandb_group_and_are_tagged_with_their_grid_point(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "wandb_fake.py"
+    script.write_text(WANDB_FAKE)
+    runs = tmp_path / "runs"
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    monkeypatch.delenv("WANDB_TAGS", raising=False)
+    rc = launcher.main([str(script), "--sweep", "lr=0.1,0.01", "--seeds", "1", "2", "--job-name", "fig_x",
+                        "--runs-dir", str(runs), "--", "--total-timesteps", "100"])
+    assert rc == 0
+    for lr in ("0.1", "0.01"):
+        for seed in ("1", "2"):
+            env = json.load(open(runs / f"env_{lr}_{seed}.json"))
+            # wandb.init splits WANDB_TAGS at commas; the flag common to every run is no tag
+            assert env == {"WANDB_RUN_GROUP": "fig_x", "WANDB_TAGS": f"lr={lr},seed={seed}"}
+    # the caller's own group wins
+    monkeypatch.setenv("WANDB_RUN_GROUP", "mine")
+    rc = launcher.main([str(script), "--sweep", "lr=0.5", "--seeds", "3", "--runs-dir", str(runs)])
+    assert rc == 0 and json.load(open(runs / "env_0.5_3.json")) == {"WANDB_RUN_GROUP": "mine", "WANDB_TAGS": None}
+
+
+def test_slurm_resources_reach_the_script(fake_script, tmp_path, capsys):
+    """Partition, GPUs, CPUs, time, memory, throttle and extra #SBATCH lines, in the bundled array template."""
+    rc = launcher.main([fake_script, "--seeds", "1", "2", "3", "--runs-dir", str(tmp_path), "--slurm-template",
+                        "--partition", "gpu", "--gpus-per-run", "2", "--cpus-per-run", "8", "--time", "1-12:00:00",
+                        "--mem", "64G", "--max-parallel", "2", "--sbatch=--account=abc", "--sbatch=--qos=high",
+                        "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    for line in ["#SBATCH --array=0-2%2", "#SBATCH --cpus-per-task=8", "#SBATCH --time=1-12:00:00", "#SBATCH --mem=64G",
+                 "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:2", "#SBATCH --account=abc", "#SBATCH --qos=high",
+                 "#SBATCH --ntasks=1"]:
+        assert line + "\n" in out, line
+    assert "slurm_template.sh" in out and "--nodes" not in out
+
+
+def test_several_nodes_or_tasks_pick_the_multinode_template(fake_script, tmp_path, capsys):
+    """One run = one srun step of --tasks-per-node processes on each of --nodes nodes, every process the same line."""
+    marker = tmp_path / "ran"
+    rc = launcher.main([fake_script, "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--slurm-template",
+                        "--nodes", "4", "--gpus-per-run", "4", "--no-submit", "--log-dir", str(tmp_path / "logs"),
+                        "--", "--marker", str(marker)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "slurm_multinode_template.sh" not in out  # --no-submit prints the rendered script
+    script = (tmp_path / "logs" / "fake_train.sbatch").read_text()
+    for line in ["#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gres=gpu:4",
+                 "srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 bash -c"]:
+        assert line in script, line
+    assert launcher.PLACEHOLDER.search(script) is None
+    # what Slurm runs for array task 0, with an srun that starts its command twice, as 2 tasks would
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text('#!/bin/bash\nshift 3\n"$@" && "$@"\n')
+    (fake_bin / "srun").chmod(0o755)
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", PATH=f"{fake_bin}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", str(tmp_path / "logs" / "fake_train.sbatch")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--seed 1" in marker.read_text() and "1 node(s)" not in done.stdout and "4 node(s)" in done.stdout
+
+
+def test_grid_points_queued_or_running_in_slurm_are_not_launched_again(fake_script, tmp_path, capsys, monkeypatch):
+    """A rerun (local or Slurm) while part of the grid is queued or running as array tasks leaves those points out:
+    squeue names the tasks, the commands file next to their batch script says which points they run."""
+    runs = str(tmp_path / "runs")
+    argv = [fake_script, "--seeds", "1", "2", "3", "--runs-dir", runs, "--job-name", "mygrid"]
+    assert launcher.main(argv + ["--slurm-template", "--no-submit", "--log-dir", str(tmp_path / "array")]) == 0
+    batch = tmp_path / "array" / "mygrid.sbatch"
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    # array task 0 (seed 1) running and task 2 (seed 3) pending; task 1 has finished and left the queue
+    (fake_bin / "squeue").write_text(f'#!/bin/bash\n[[ " $* " == *" --name=mygrid "* ]] && '
+                                     f'printf "41_0 {batch}\\n41_2 {batch}\\n"\n')
+    (fake_bin / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    capsys.readouterr()
+    assert launcher.main(argv + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# 1 run(s), 2 left out as queued or running in Slurm" in out
+    assert [parse_flags(c[2:])["seed"] for c in commands(out)] == ["2"]
+    assert launcher.main(argv + ["--dry-run", "--sweep", "x=1"]) == 0  # other flags: another grid point
+    assert len(commands(capsys.readouterr().out)) == 3
+    other = [fake_script, "--seeds", "1", "2", "3", "--runs-dir", runs, "--job-name", "other", "--dry-run"]
+    assert launcher.main(other) == 0 and len(commands(capsys.readouterr().out)) == 3  # another job name
+
+
+def test_slurm_resource_usage_errors_exit_2(fake_script, tmp_path, capsys):
+    base = [fake_script, "--runs-dir", str(tmp_path), "--slurm-template", "--dry-run"]
+    assert launcher.main(base + ["--gpus-per-run", "-1"]) == 2
+    assert launcher.main(base + ["--nodes", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)

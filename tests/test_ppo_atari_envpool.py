@@ -729,10 +729,14 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     obs = torch.randint(0, 255, (7, 4, 84, 84), dtype=torch.uint8)
     probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False),
                               3, num_policies=9)
-    features, magnitudes = probe.representation(agent, critic=False)
-    with torch.no_grad():
-        full = [h.numpy() for h in agent.trunk_activations(obs)]
-    assert np.allclose(features, full[-1], atol=1e-6)
+    (features, magnitudes), = probe.representation(agent).values()
+    with torch.no_grad():  # independent route: the Nature CNN layer by layer, keeping every post-ReLU output
+        x, full = obs.float() / 255.0, []
+        for layer in agent.network:
+            x = layer(x)
+            if isinstance(layer, torch.nn.ReLU):
+                full.append(x.numpy())
+    assert np.allclose(features, full[-1], atol=1e-5)  # float rounding: x / 255 here, x * (1 / 255) in forward
     assert m.dormant_fractions(magnitudes) == pytest.approx(m.dormant_fractions(full))
     logits_full = torch.log_softmax(agent(obs)[0], -1).detach().numpy()
     assert np.allclose(probe.logps[0], logits_full, atol=1e-5)

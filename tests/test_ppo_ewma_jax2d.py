@@ -1,5 +1,5 @@
 """ppo_ewma_jax2d.py: the math against hand-computed values, then end-to-end runs that all share one tiny
-configuration, so that one compiled training program and one evaluation program serve every run.
+configuration, so that one compiled training program serves every run (and one evaluation program per --eval-attempts).
 
 Compile time is what this file spends (a Kinetix env step is a large XLA program), so:
 - the persistent compilation cache lives in the gitignored .jax_cache/ at the repo root, shared with the subprocesses;
@@ -26,6 +26,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tyro  # noqa: E402
 
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
 
@@ -37,11 +38,13 @@ def tiny(total_iterations: int, **overrides) -> list:
     """The one configuration of every end-to-end run: only runtime values may differ between runs."""
     flags = {"num-tasks": 8, "num-envs": 8, "num-steps": 16, "num-minibatches": 2, "update-epochs": 2,
              "hidden-size": 32, "diagnostics-states": 64, "updates-per-chunk": 2, "eval-every": 0, "ewma-com": 2,
-             "diagnostics-every": 0, "progress": "none", "total-timesteps": total_iterations * BATCH}
+             "diagnostics-every": 0, "eval-attempts": 1, "progress": "none", "total-timesteps": total_iterations * BATCH}
     flags.update({k.replace("_", "-"): v for k, v in overrides.items()})
     return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
 
 
+EVAL_TAGS = {"charts/solve_rate", "charts/solve_rate_se", "charts/solve_rate_greedy", "charts/eval_return",
+             "charts/eval_return_se", "charts/eval_return_greedy"}
 TRAINING_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
                  "losses/explained_variance", "charts/episodic_return", "charts/episodic_length"]
 
@@ -134,6 +137,38 @@ def test_truncated_importance_ratio():
     np.testing.assert_allclose(off, [-1.2, 1000.0, 2.0], rtol=1e-5)
 
 
+def test_default_eval_attempts_bound_the_standard_error():
+    # the worst case p = 1/2: SE = 0.5/sqrt(tasks x K) <= 0.02 <=> tasks x K >= 625, with the fewest such K
+    assert m.default_eval_attempts(8) == 79 and 0.5 / math.sqrt(8 * 79) <= 0.02 < 0.5 / math.sqrt(8 * 78)
+    assert [m.default_eval_attempts(n) for n in (1, 64, 512, 625, 626)] == [625, 10, 2, 1, 1]
+    for n in range(1, 700):
+        k = m.default_eval_attempts(n)
+        assert n * k >= 625 and (k == 1 or n * (k - 1) < 625)
+    args = m.Args(num_tasks=8, num_envs=8, num_steps=16, num_minibatches=2)  # no --eval-attempts: the default
+    m.apply_scaling(args, m.validate(args))
+    assert args.eval_attempts == 79  # what config.json records
+
+
+def test_summarise_eval_against_hand_computed_values():
+    # K = 2 attempts on 2 tasks, then the greedy row
+    solved = jnp.array([[True, False], [True, True], [False, True]])
+    ret = jnp.array([[1.0, -1.0], [1.0, 3.0], [0.5, 1.5]])
+    r = m.summarise_eval(solved, ret)
+    # sampled outcomes 1, 0, 1, 1: mean 3/4, sample variance (3 x 1/16 + 9/16) / 3 = 1/4, SE = 1/2 / sqrt(4)
+    np.testing.assert_allclose([r.solve_rate, r.solve_rate_se, r.solve_rate_greedy], [0.75, 0.25, 0.5], rtol=1e-6)
+    # returns 1, -1, 1, 3: mean 1, sample variance (0 + 4 + 0 + 4) / 3, SE = sqrt(8/3) / 2
+    np.testing.assert_allclose([r.eval_return, r.eval_return_se, r.eval_return_greedy],
+                               [1.0, math.sqrt(8 / 3) / 2, 1.0], rtol=1e-6)
+
+
+def test_attempt_keys_keep_the_evaluation_key_for_attempt_zero():
+    key = jax.random.PRNGKey(7)
+    keys = np.asarray(m.attempt_keys(key, 4))
+    np.testing.assert_array_equal(keys[0], np.asarray(key))  # K = 1 draws what the one-episode evaluation drew
+    np.testing.assert_array_equal(keys[2], np.asarray(jax.random.fold_in(key, 2)))
+    assert len({tuple(k) for k in keys}) == 4
+
+
 def test_gae_against_hand_computed_values():
     gamma, lam = 0.5, 0.5
     # one env, 3 steps: step 1 is truncated (time limit), step 2 terminates
@@ -214,8 +249,8 @@ def start_four_device_run(runs_dir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Five in-process runs of the tiny configuration (one compiled chunk and one evaluation program for all), and
-    the 4-device run beside them."""
+    """Six in-process runs of the tiny configuration (one compiled chunk for all; one evaluation program per --eval-attempts,
+    1 and 4), and the 4-device run beside them."""
     base = tmp_path_factory.mktemp("ppo_ewma_runs")
     four = start_four_device_run(base / "four_devices")
     out = {"four_devices": (four, base / "four_devices")}
@@ -224,6 +259,7 @@ def runs(tmp_path_factory):
             ("diag", tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2)),
             ("nodiag", tiny(4)),
             ("half", tiny(2)),
+            ("attempts", tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2, eval_attempts=4)),
         ]:
             runs_dir = str(base / name)
             assert run_main(argv + ["--runs-dir", runs_dir]) == 0
@@ -255,7 +291,8 @@ def test_smoke_run_directory(runs):
     tags = set().union(*metrics)
     required = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
                 "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
-                "charts/solve_rate", "charts/solve_rate_greedy", "diagnostics/kl_behavior", "diagnostics/ddr",
+                "charts/solve_rate", "charts/solve_rate_greedy", "charts/solve_rate_se", "charts/eval_return_se",
+                "diagnostics/kl_behavior", "diagnostics/ddr",
                 "diagnostics/kl_prox", "diagnostics/seq_kl_mean", "diagnostics/ref_kl_mean", "diagnostics/update_size",
                 "diagnostics/grad_norm", "diagnostics/feature_rank", "diagnostics/srank", "diagnostics/dormant_frac",
                 "diagnostics/weight_norm", "diagnostics/grad_kurtosis", "diagnostics/ess_pct",
@@ -279,6 +316,49 @@ def test_smoke_run_directory(runs):
 
 def test_diagnostics_do_not_change_training(runs):
     assert training_curve(runs["diag"]) == training_curve(runs["nodiag"])
+
+
+def without_evaluation(run_dir):
+    """Every logged row without the evaluation's tags and the wall clock (SPS)."""
+    drop = EVAL_TAGS | {"charts/SPS", "wall_time"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows(run_dir)]
+
+
+def test_eval_attempts_do_not_change_training(runs):
+    """--eval-attempts 4 against 1, everything else equal: every row bit for bit, evaluation tags aside."""
+    assert without_evaluation(runs["attempts"]) == without_evaluation(runs["diag"])
+    evals = [[r for r in rows(runs[k]) if "charts/solve_rate" in r] for k in ("diag", "attempts")]
+    assert [r["iteration"] for r in evals[0]] == [r["iteration"] for r in evals[1]] == [2, 4]
+    assert all(r["charts/eval_return"] != s["charts/eval_return"] for r, s in zip(*evals))  # 32 episodes, not 8
+    assert json.load(open(os.path.join(runs["attempts"], "config.json")))["args"]["eval_attempts"] == 4
+    states = [pickle.load(open(os.path.join(runs[k], "checkpoints", "latest.ckpt"), "rb"))["runner"]
+              for k in ("attempts", "diag")]
+    for a, b in zip(*states):  # the final state too, RNG key included
+        np.testing.assert_array_equal(a, b)
+
+
+def built_like(argv):
+    """The programs of a tiny run (build is cached: the same compiled evaluation the runs used)."""
+    args = tyro.cli(m.Args, args=argv)
+    m.apply_scaling(args, m.validate(args))
+    return m.build(m.build_config(args))
+
+
+def test_first_attempt_is_the_one_attempt_evaluation(runs):
+    """K attempts are K streams: the first is the K = 1 evaluation's (what runs before --eval-attempts logged)."""
+    setup, tasks, _, evaluate_jit, init_jit = built_like(tiny(4))
+    ckpt = pickle.load(open(os.path.join(runs["diag"], "checkpoints", "latest.ckpt"), "rb"))
+    params = m.restore_runner(init_jit(tasks, 1), ckpt["runner"], "--resume").train.params
+    device = jax.devices()[0]
+    tasks, params = jax.device_put(tasks, device), jax.device_put(params, device)
+    key = jax.random.fold_in(jax.random.PRNGKey(1 + 7919), 4)
+    one, four = (jax.device_get(evaluate_jit(tasks, params, key, attempts=k)) for k in (1, 4))
+    assert four.solved.shape == four.ep_return.shape == (5, 8)
+    np.testing.assert_array_equal(four.ep_return[[0, -1]], one.ep_return)  # attempt 0 and the greedy episodes
+    np.testing.assert_array_equal(four.solved[[0, -1]], one.solved)
+    assert len({tuple(r) for r in four.ep_return[:4]}) == 4  # the other attempts drew other actions
+    np.testing.assert_allclose(four.eval_return, four.ep_return[:4].mean(), rtol=1e-6)
+    np.testing.assert_allclose(four.eval_return_se, four.ep_return[:4].std(ddof=1) / math.sqrt(32), rtol=1e-5)
 
 
 def test_resume_is_bit_exact(runs):
@@ -353,6 +433,7 @@ def test_four_devices_give_the_one_device_result(runs):
     (["--init-from", "/nonexistent/latest.ckpt"], "--init-from: no checkpoint"),
     (tiny(1) + ["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
     (["--clip-coef", "-0.1"], "--clip-coef"),
+    (["--eval-attempts", "0"], "--eval-attempts must be >= 1"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2

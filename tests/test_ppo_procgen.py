@@ -129,10 +129,18 @@ def test_impala_cnn_shapes_and_parameter_count():
     obs = torch.randint(0, 255, (5, 64, 64, 3), dtype=torch.uint8)
     logits, value = agent(obs)
     assert logits.shape == (5, 15) and value.shape == (5,)
-    acts = agent.trunk_activations(obs)
+    acts = []  # the outputs of the ReLU modules, in the order the forward pass calls them
+    hooks = [r.register_forward_hook(lambda mod, inp, out: acts.append(out)) for r in m.activation_modules(agent)]
+    with torch.no_grad():
+        agent(obs)
+    for hook in hooks:
+        hook.remove()
     assert len(acts) == 3 * 2 * 2 + 2 and acts[-1].shape == (5, 256) and acts[-2].shape == (5, 32, 8, 8)
     assert all((a >= 0).all() for a in acts)  # post-ReLU
     assert torch.allclose(agent.actor(acts[-1]), logits)
+    (features, magnitudes), = m.record_activations(agent, obs.split(2)).values()  # chunks of 2, 2 and 1 states
+    assert np.allclose(features, acts[-1].numpy(), atol=1e-5) and len(magnitudes) == len(acts)
+    assert np.allclose(magnitudes[-2], acts[-2].abs().mean((2, 3)).numpy(), atol=1e-5)  # a conv channel is one unit
 
 
 def test_channels_last_and_default_layout_agree():

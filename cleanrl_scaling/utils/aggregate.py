@@ -1,4 +1,4 @@
-"""Turn run directories (SPEC §4: config.json, metrics.jsonl, summary.json) into figures and the numbers behind them.
+"""Turn run directories (docs/run_directory.md: config.json, metrics.jsonl, summary.json) into figures and the numbers behind them.
 
     python -m cleanrl_scaling.utils.aggregate curves  RUNS... --metric charts/neg_distance --group-by learning_rate
     python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human
@@ -6,12 +6,16 @@
     python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
     python -m cleanrl_scaling.utils.aggregate sweep   RUNS... --x-key learning_rate --group-by ewma_com --best-over anneal_lr
     python -m cleanrl_scaling.utils.aggregate kl-profile RUNS... --group-by minibatch_size
+    python -m cleanrl_scaling.utils.aggregate table   RUNS... --metric charts/episodic_return --group-by learning-rate
 
-Runs are grouped by configuration (exp_name plus the --group-by keys of config.json) and by env_id (the task).
-Curves: per run, the mean of the values logged at each step (then --smooth), interpolated onto one x grid; mean and
-95% CI over seeds (Student t). IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
+Runs are grouped by configuration (exp_name plus the --group-by keys of config.json, spelt learning_rate or
+learning-rate) and by env_id (the task). Curves: per run, the mean of the values logged at each step (then --smooth),
+interpolated onto one x grid; the mean over seeds and a band: the seeds' range below 5 seeds, a 95% Student-t CI
+from 5, clipped to the metric's range (--band). A run's "final" score: the mean of the values (episodes) logged in
+the last 10% of its total steps. IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
 CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable, with its 50,000 replicates by default).
-Every command writes PREFIX.png, PREFIX.pdf and PREFIX.csv. Details: docs/pipeline.md.
+Every command writes PREFIX.png, PREFIX.pdf and PREFIX.csv (table: PREFIX.md and PREFIX.csv). Details and every
+CSV's columns: docs/pipeline.md.
 """
 import argparse
 import json
@@ -39,20 +43,69 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------------------------
 # Statistics (pure numpy; the tests check them against hand-computed values and against rliable)
 # ---------------------------------------------------------------------------------------------------------
-def mean_ci(values: np.ndarray, level: float = 0.95, band: str = "ci95") -> tuple:
-    """Mean over axis 0 and its band: Student-t CI of the mean (ci95), mean +- sample std (std), the range of the
-    runs (minmax: readable at 2 seeds, where the t CI is 12.7 standard errors wide), or none."""
+# SPEC §9 (docs/pipeline.md#bands): below this many seeds a Student-t interval is wider than the data and leaves the
+# metric's range, so the band is the seeds' range instead
+MIN_SEEDS_FOR_T = 5
+
+# the range a metric cannot leave (docs/metrics.md): bands are clipped to it
+METRIC_RANGES = {
+    "charts/solve_rate": (0.0, 1.0), "charts/solve_rate_random": (0.0, 1.0), "charts/solve_rate_handmade": (0.0, 1.0),
+    "charts/train_solve_rate": (0.0, 1.0), "diagnostics/dormant_frac": (0.0, 1.0), "diagnostics/ess_pct": (0.0, 100.0),
+    "losses/clipfrac": (0.0, 1.0), "sfl/frac_learnable": (0.0, 1.0), "coverage": (0.0, 1.0),
+    "charts/SPS": (0.0, math.inf), "diagnostics/grad_norm": (0.0, math.inf), "diagnostics/weight_norm": (0.0, math.inf),
+    "diagnostics/update_size": (0.0, math.inf), "diagnostics/kl_behavior": (0.0, math.inf),
+    "diagnostics/kl_prox": (0.0, math.inf), "diagnostics/feature_rank": (0.0, math.inf),
+    "diagnostics/srank": (0.0, math.inf), "diagnostics/policy_variance": (0.0, math.inf),
+    "diagnostics/seq_kl_mean": (0.0, math.inf), "diagnostics/ref_kl_mean": (0.0, math.inf),
+}
+BANDS = ["auto", "range", "bootstrap", "ci95", "std", "none"]
+_warned: set = set()
+
+
+def warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        print(f"warning: {text}", file=sys.stderr)
+
+
+def band_used(band: str, n: int) -> str:
+    """The band actually drawn for n seeds: auto = a 95% t-interval from 5 seeds, the seeds' range below; ci95 below
+    5 seeds is replaced by the range (SPEC §9: never a t-interval from fewer than 5 seeds)."""
+    band = "range" if band == "minmax" else band
+    if n < 2 or band == "none":
+        return "none"
+    if band in ("auto", "ci95") and n < MIN_SEEDS_FOR_T:
+        if band == "ci95":
+            warn_once(f"--band ci95 with {n} seeds: drawing the seeds' range instead (a t-interval needs "
+                      f"{MIN_SEEDS_FOR_T} seeds or more)")
+        return "range"
+    return "ci95" if band == "auto" else band
+
+
+def mean_ci(values: np.ndarray, level: float = 0.95, band: str = "auto", limits: tuple = None,
+            reps: int = 2000, seed: int = 0) -> tuple:
+    """Mean over axis 0 (the seeds) and its band (see band_used): the seeds' range, a percentile bootstrap of the
+    mean, a Student-t CI of the mean (ci95), mean +- sample std (std), or none (NaN). limits=(low, high): the
+    metric's range, which the band is clipped to."""
     values = np.asarray(values, dtype=float)
     n = values.shape[0]
     mean = values.mean(axis=0)
-    if band == "none" or n < 2:
+    kind = band_used(band, n)
+    if kind == "none":
         nan = np.full_like(mean, np.nan)
         return mean, nan, nan
-    if band == "minmax":
-        return mean, values.min(axis=0), values.max(axis=0)
-    sd = values.std(axis=0, ddof=1)
-    half = sd if band == "std" else scipy_stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    if kind == "range":
+        lo, hi = values.min(axis=0), values.max(axis=0)
+    elif kind == "bootstrap":
+        out = stratified_bootstrap([values], ("mean",), reps, level, seed)["mean"]
+        lo, hi = np.asarray(out["lo"], dtype=float), np.asarray(out["hi"], dtype=float)
+    else:
+        sd = values.std(axis=0, ddof=1)
+        half = sd if kind == "std" else scipy_stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+    if limits is not None:
+        lo, hi = np.clip(lo, *limits), np.clip(hi, *limits)
+    return mean, lo, hi
 
 
 def iqm(values: np.ndarray, axis: Optional[int] = None) -> np.ndarray:
@@ -101,8 +154,10 @@ def stratified_bootstrap(tasks: list, names=("iqm",), reps: int = 50000, level: 
     return out
 
 
-def run_stat(x: np.ndarray, y: np.ndarray, stat: str, final_frac: float = 0.1) -> float:
-    """One number per run: last, max, min, mean, or final = mean over the last final_frac of the x range."""
+def run_stat(x: np.ndarray, y: np.ndarray, stat: str, final_frac: float = 0.1, total: float = None) -> float:
+    """One number per run: last, max, min, mean, or final = the mean of the values (one per episode; several episodes
+    may end in one step) whose step x lies in the last final_frac of the run's total steps, x >= (1 - final_frac) *
+    total, total = the run's last step (default: the last x)."""
     if len(y) == 0:
         return math.nan
     if stat == "last":
@@ -114,7 +169,9 @@ def run_stat(x: np.ndarray, y: np.ndarray, stat: str, final_frac: float = 0.1) -
     if stat == "mean":
         return float(np.mean(y))
     if stat == "final":
-        return float(np.mean(y[x >= x[-1] - final_frac * (x[-1] - x[0])]))
+        total = float(x[-1]) if total is None or not math.isfinite(total) else float(total)
+        inside = np.asarray(x, dtype=float) >= (1.0 - final_frac) * total
+        return float(np.mean(y[inside])) if inside.any() else math.nan
     raise ValueError(stat)
 
 
@@ -156,6 +213,12 @@ class Run:
     @property
     def seed(self):
         return self.value("seed")
+
+    def total_steps(self) -> float:
+        """The run's last environment step: the largest global_step it logged (any tag)."""
+        if "global_step" not in self.metrics or self.metrics["global_step"].isna().all():
+            return math.nan
+        return float(self.metrics["global_step"].max())
 
     def stamp(self) -> tuple:
         """Newest last: the run name's trailing time stamp, then the directory's mtime."""
@@ -233,9 +296,10 @@ class Grouping:
     """A run's configuration = exp_name + the --group-by keys; its label comes from --label (a format string over
     those keys and env_id) or is 'key=value, ...'."""
 
-    def __init__(self, runs: list, keys: list, label_format: str = ""):
+    def __init__(self, runs: list, keys: list, label_format: str = "", relabel: dict = None):
         self.keys = ["exp_name"] + [k for k in keys if k != "exp_name"]
         self.label_format = label_format
+        self.relabel = relabel or {}
         exp_names = {r.value("exp_name") for r in runs}
         self.show_exp_name = len(exp_names) > 1 or not keys
 
@@ -243,10 +307,16 @@ class Grouping:
         return tuple(run.value(k) for k in self.keys)
 
     def label(self, key: tuple) -> str:
+        label = self.formatted(key)
+        return self.relabel.get(label, label)
+
+    def formatted(self, key: tuple) -> str:
         named = dict(zip(self.keys, key))
         if self.label_format:
             try:
-                return self.label_format.format(**{k: fmt_value(v) for k, v in named.items()})
+                values = {k: fmt_value(v) for k, v in named.items()}
+                return self.label_format.format(**values, **{k.replace("_", "-"): v for k, v in values.items()
+                                                             if "_" in k})
             except (KeyError, IndexError) as e:
                 raise UsageError(f"--label {self.label_format!r}: unknown key {e}; use the --group-by keys or exp_name")
         parts = [fmt_value(named["exp_name"])] if self.show_exp_name else []
@@ -327,6 +397,18 @@ def mean_per_x(x: np.ndarray, y: np.ndarray) -> tuple:
     return xs, np.bincount(inverse, weights=y) / np.bincount(inverse)
 
 
+def raw_values(run: Run, metric: str, normalize=None) -> tuple:
+    """(global_step, value) of every logged value of a metric, unaveraged (one row per episode for returns)."""
+    frame = run.metrics
+    if metric not in frame:
+        return np.array([]), np.array([])
+    rows = frame[frame[metric].notna()]
+    y = rows[metric].to_numpy(dtype=float)
+    if normalize is not None:
+        y = normalize(run.env_id, y)
+    return rows["global_step"].to_numpy(dtype=float), y
+
+
 def check_metric(runs: list, metric: str) -> None:
     if not any(metric in r.metrics for r in runs):
         seen = sorted({c for r in runs for c in r.metrics.columns if "/" in c})
@@ -337,6 +419,13 @@ def write_csv(rows: list, prefix: str) -> str:
     path = f"{prefix}.csv"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False, float_format="%.10g")
+    return path
+
+
+def write_text(text: str, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
     return path
 
 
@@ -363,14 +452,16 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
         return (run.env_id,) + tuple(run.value(k) for k in args.panel_by)
 
     panel_keys = sorted({panel_of(r) for r in runs}, key=sort_key)
+    metric_labels = parse_pairs(args.metric_label, "--metric-label", "TAG=WORDS", "=")
     panels, rows, labels = [], [], []
     for metric in args.metric:
         check_metric(runs, metric)
         for panel_key in panel_keys:
             env_id = panel_key[0]
             name = ", ".join([env_id] + [f"{k}={fmt_value(v)}" for k, v in zip(args.panel_by, panel_key[1:])])
-            panel = {"title": name if len(args.metric) == 1 else f"{name}: {metric}",
-                     "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or metric,
+            words = metric_labels.get(metric, metric)
+            panel = {"title": name if len(args.metric) == 1 else f"{name}: {words}",
+                     "xlabel": args.xlabel or X_LABELS.get(args.x, args.x), "ylabel": args.ylabel or words,
                      "series": {}, "hlines": [(v, t) for v, t, m in hlines if m in (None, metric)],
                      "logy": args.logy is not None and (not args.logy or metric in args.logy), "ylim": args.ylim}
             for key, label, members in grouped([r for r in runs if panel_of(r) == panel_key], grouping):
@@ -384,16 +475,41 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                     print(f"warning: the runs of {label} ({env_id}) share no x range; skipped", file=sys.stderr)
                     continue
                 values = np.stack([np.interp(grid, x, y) for x, y in curves])
-                mean, lo, hi = mean_ci(values, band=args.band)
-                panel["series"][label] = (grid, mean, lo if args.band != "none" else None, hi)
+                limits = None if args.normalize != "none" else METRIC_RANGES.get(metric)
+                mean, lo, hi = mean_ci(values, band=args.band, limits=limits)
+                kind = band_used(args.band, len(curves))
+                panel["series"][label] = (grid, mean, lo if kind != "none" else None, hi)
                 if label not in labels:
                     labels.append(label)
                 rows += [{"metric": metric, "env_id": env_id, **dict(zip(args.panel_by, panel_key[1:])), "group": label,
-                          "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves)}
+                          "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves), "band": kind}
                          for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
-    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend)
+    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
+                            styles=parse_styles(args.style), legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
+
+
+def parse_pairs(items: list, option: str, form: str, sep: str) -> dict:
+    """['A->B', ...] -> {A: B}; a missing separator is a usage error."""
+    out = {}
+    for item in items:
+        old, found, new = item.partition(sep)
+        if not found or not old:
+            raise UsageError(f"{option} {item!r}: write {form}")
+        out[old] = new
+    return out
+
+
+def parse_styles(items: list) -> dict:
+    """--style LABEL=LINESTYLE (e.g. 'lr 0.03 (from 0.3)=--'): {label: {"ls": LINESTYLE}}."""
+    out = {}
+    for item in items:
+        label, _, style = item.rpartition("=")
+        if not label or style not in ("-", "--", ":", "-."):
+            raise UsageError(f"--style {item!r}: write LABEL=LINESTYLE with LINESTYLE one of - -- : -.")
+        out[label] = {"ls": style}
+    return out
 
 
 def parse_hline(text: str) -> tuple:
@@ -407,10 +523,16 @@ def parse_hline(text: str) -> tuple:
 
 
 def per_run_scores(runs: list, metric: str, stat: str, final_frac: float, norm, x_kind: str = "global_step"):
+    """One score per run. final: every logged value (episode) of the last final_frac of the run's steps weighs the
+    same (raw_values), as the pages say; the other stats read the per-step series."""
     out = []
     for run in runs:
-        x, y = series(run, metric, x_kind, 1, norm)
-        out.append(run_stat(x, y, stat, final_frac))
+        if stat == "final":
+            steps, values = raw_values(run, metric, norm)
+            out.append(run_stat(steps, values, stat, final_frac, run.total_steps()))
+        else:
+            x, y = series(run, metric, x_kind, 1, norm)
+            out.append(run_stat(x, y, stat, final_frac))
     return out
 
 
@@ -496,18 +618,18 @@ def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
     check_metric(runs, args.metric)
     cells = {}
     for run in runs:
-        x, y = series(run, args.metric, "global_step")
-        cells.setdefault((run.value(args.rows), run.value(args.cols)), []).append(run_stat(x, y, args.stat,
-                                                                                           args.final_frac))
+        score = per_run_scores([run], args.metric, args.stat, args.final_frac, None)[0]
+        cells.setdefault((run.value(args.rows), run.value(args.cols)), []).append(score)
     row_values = sorted({k[0] for k in cells}, key=lambda v: sort_key((v,)))
     col_values = sorted({k[1] for k in cells}, key=lambda v: sort_key((v,)))
     matrix = np.full((len(row_values), len(col_values)), np.nan)
     rows = []
     for (rv, cv), values in sorted(cells.items(), key=lambda kv: sort_key(kv[0])):
         values = np.array(values)
-        mean, lo, hi = mean_ci(values[:, None])
+        mean, lo, hi = mean_ci(values[:, None], band=args.band, limits=METRIC_RANGES.get(args.metric))
         matrix[row_values.index(rv), col_values.index(cv)] = mean[0]
         rows.append({args.rows: rv, args.cols: cv, "mean": mean[0], "lo": lo[0], "hi": hi[0], "n": len(values),
+                     "band": band_used(args.band, len(values)),
                      "metric": args.metric, "stat": args.stat})
     fig = plots.plot_heatmap(matrix, [fmt_value(v) for v in row_values], [fmt_value(v) for v in col_values],
                              args.rows, args.cols, f"{args.stat} {args.metric}", args.title)
@@ -528,17 +650,46 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     for env_id in env_ids:
         panel = {"title": env_id, "xlabel": args.xlabel or args.x_key,
                  "ylabel": args.ylabel or f"{args.stat} {args.metric}", "series": {}, "logy": args.logy is not None,
-                 "marker": "o"}
-        for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+                 "marker": "o", "errorbars": True, "hlines": []}
+        lines = {}
+        for key, label, members in sweep_groups([r for r in runs if r.env_id == env_id], grouping, args.series):
             points, point_rows = sweep_points(args, members, label, env_id)
             rows += point_rows
             if points:
-                panel["series"][label] = tuple(np.array(v) for v in zip(*points))
-                if label not in labels:
-                    labels.append(label)
+                lines[label] = points
+        reference = lines.pop(args.reference_group, None) if args.reference_group else None
+        if reference is not None:  # B26 Figs. 13-14: every recipe starts from the base, drawn as a reference line
+            panel["hlines"].append((reference[0][1], args.reference_group))
+            panel["hbands"] = [(reference[0][2], reference[0][3], args.reference_group)]
+            labels += [args.reference_group] if args.reference_group not in labels else []
+        for label, points in lines.items():
+            if reference is not None and all(p[0] != reference[0][0] for p in points):
+                points = [reference[0]] + points
+            panel["series"][label] = tuple(np.array(v) for v in zip(*points))
+            if label not in labels:
+                labels.append(label)
         panels.append(panel)
-    fig = plots.plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx)
+    if args.reference_group and args.reference_group not in labels:
+        raise UsageError(f"--reference-group {args.reference_group!r}: no such group; groups: {', '.join(labels)}")
+    fig = plots.plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx,
+                            f"{args.reference_group} (the base)" if args.reference_group else "reference",
+                            legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
+
+
+def sweep_groups(runs: list, grouping: Grouping, series: list) -> list:
+    """The lines of a sweep: the --group-by configurations, or one line per --series KEY=V1,V2:LABEL (a run may be on
+    several lines: M25 Fig. 8's base starts both the N-grown and the T-grown line)."""
+    if not series:
+        return grouped(runs, grouping)
+    out = []
+    for item in series:
+        head, _, label = item.partition(":")
+        ((key, values),) = parse_filters([head])
+        members = [r for r in runs if any(same_value(v, r.value(canonical_key(key))) for v in values)]
+        if members:
+            out.append((None, label or head, members))
+    return out
 
 
 def sweep_points(args, members: list, label: str, env_id) -> tuple:
@@ -564,10 +715,12 @@ def sweep_points(args, members: list, label: str, env_id) -> tuple:
         if not scored:
             continue
         _, cand, scores = max(scored, key=lambda item: item[0])  # the first of equal means: the lowest value
-        mean, lo, hi = (float(v[0]) for v in mean_ci(scores[:, None]))
+        limits = METRIC_RANGES.get(args.metric)
+        mean, lo, hi = (float(v[0]) for v in mean_ci(scores[:, None], band=args.band, limits=limits))
         points.append((x, mean, lo, hi))
         rows.append({"env_id": env_id, "group": label, args.x_key: xv, **dict(zip(args.best_over, cand)),
-                     "mean": mean, "lo": lo, "hi": hi, "n": len(scores), "metric": args.metric, "stat": args.stat})
+                     "mean": mean, "lo": lo, "hi": hi, "n": len(scores), "band": band_used(args.band, len(scores)),
+                     "metric": args.metric, "stat": args.stat})
     return points, rows
 
 
@@ -594,13 +747,8 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
     runs = [r for r in runs if profiles[r.path]]
     if not runs:
         raise UsageError("no kl_profile.jsonl in these runs; train with --kl-profile and --diagnostics-every K > 0")
-    envs = sorted({r.env_id for r in runs})
-    panels = {(kind, env_id): {"title": f"{env_id}: {title}", "xlabel": args.xlabel or "% of the update's data processed",
-                               "ylabel": f"{kind} KL", "series": {}, "logy": True}
-              for kind, title in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
-              for env_id in envs}
-    rows, labels = [], []
-    for env_id in envs:
+    rows = []
+    for env_id in sorted({r.env_id for r in runs}):
         for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
             if args.select == "best":
                 scores = per_run_scores(members, args.select_metric, args.select_stat, args.final_frac, None)
@@ -614,24 +762,104 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
                 for at in args.at:
                     p = profile[int(np.argmin(np.abs(pcts - at)))]
                     phase = 100.0 * p["global_step"] / last
-                    name = f"{label} @ {phase:.0f}%" + ("" if args.select == "best" else f" seed {run.seed}")
                     for kind in ("seq", "ref"):
                         kl = np.asarray(p[f"{kind}_kl"], dtype=float)
                         steps = np.arange(1, len(kl) + 1) if kind == "seq" else np.arange(len(kl))
-                        x = 100.0 * steps / len(kl)
-                        panels[(kind, env_id)]["series"][name] = (x, kl, None, None)
                         rows += [{"env_id": env_id, "group": label, "run": os.path.basename(run.path),
                                   "global_step": p["global_step"], "pct_of_training": phase, "kind": kind, "j": int(j),
-                                  "pct_of_update": xv, "kl": v} for j, xv, v in zip(steps, x, kl)]
-                    if name not in labels:
-                        labels.append(name)
+                                  "pct_of_update": 100.0 * j / len(kl), "kl": v} for j, v in zip(steps, kl)]
+    return {"fig": draw_kl_profile(rows, args.title, args.xlabel, args.dashed), "rows": rows}
+
+
+def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list = ()) -> "plots.plt.Figure":
+    """The kl-profile figure from its CSV rows: seq KL on top, ref KL below, one column per task; as H25 Figs. 2-3
+    draw it, one line style per setting and one colour per phase of training: the `dashed` settings dashed, the
+    others solid (without `dashed`: solid, dashed, dotted, ... in the settings' order)."""
+    envs = sorted({r["env_id"] for r in rows})
+    groups = list(dict.fromkeys(r["group"] for r in rows))
+    runs_of = {}  # the runs drawn per task and setting: their seeds are named only when there are several
+    for r in rows:
+        runs_of.setdefault((r["env_id"], r["group"]), {})[r["run"]] = None
+    phases_of = {}  # the phases of each run in order: the k-th phase of every run shares the k-th colour
+    for r in rows:
+        phases_of.setdefault(r["run"], []).append(float(r["pct_of_training"]))
+    phases_of = {run: sorted(set(v)) for run, v in phases_of.items()}
+    panels = {(kind, env_id): {"title": f"{env_id}: {name}", "xlabel": xlabel or "% of the update's data processed",
+                               "ylabel": f"{kind} KL", "series": {}, "logy": True}
+              for kind, name in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
+              for env_id in envs}
+    series, labels, styles, palette = {}, [], {}, {}
+    phase_colors = plots.colors(max(len(v) for v in phases_of.values()))
+    line_styles = ["-", "--", ":", "-."]
+    for r in rows:
+        phase = float(r["pct_of_training"])
+        several = len(runs_of[(r["env_id"], r["group"])]) > 1
+        seed = f" ({r['run'].split('__')[2] if '__' in r['run'] else r['run']})" if several else ""
+        name = f"{r['group']}{seed} @ {phase:.0f}%"
+        series.setdefault((r["kind"], r["env_id"], name), []).append((float(r["pct_of_update"]), float(r["kl"])))
+        if name not in styles:
+            labels.append(name)
+            style = ("--" if r["group"] in dashed else "-") if dashed else line_styles[groups.index(r["group"]) % 4]
+            styles[name] = {"ls": style}
+            palette[name] = phase_colors[phases_of[r["run"]].index(phase)]
+    for (kind, env_id, name), points in series.items():
+        x, y = (np.array(v) for v in zip(*sorted(points)))
+        panels[(kind, env_id)]["series"][name] = (x, y, None, None)
     ordered = [panels[("seq", e)] for e in envs] + [panels[("ref", e)] for e in envs]
-    fig = plots.plot_curves(ordered, labels, args.title, len(envs), False)
-    return {"fig": fig, "rows": rows}
+    return plots.plot_curves(ordered, labels, title, len(envs), False, styles=styles, palette=palette)
+
+
+def table_row(env_id, label: str, members: list, scores: list, args) -> dict:
+    """One group of one task: every seed's score, their mean and IQM, and the interval of the mean (the seeds'
+    range below 5 seeds, else a 95% percentile bootstrap; --interval chooses)."""
+    pairs = sorted(((r.seed, s) for r, s in zip(members, scores) if math.isfinite(s)), key=lambda p: sort_key(p[:1]))
+    values = np.array([s for _, s in pairs])
+    kind = args.interval
+    if kind == "auto":
+        kind = "range" if len(values) < MIN_SEEDS_FOR_T else "bootstrap"
+    if len(values) == 0:
+        mean = middle = lo = hi = math.nan
+    else:
+        mean, middle = float(values.mean()), float(iqm(values))
+        if kind == "range" or len(values) < 2:
+            lo, hi = float(values.min()), float(values.max())
+        else:
+            out = stratified_bootstrap([values], ("mean",), args.reps, 0.95, args.seed)["mean"]
+            lo, hi = float(out["lo"]), float(out["hi"])
+    return {"env_id": env_id, "group": label, "n": len(values), "mean": mean, "iqm": middle, "lo": lo, "hi": hi,
+            "interval": kind, "seeds": " ".join(f"{seed}:{value:.6g}" for seed, value in pairs),
+            "metric": args.metric, "stat": args.stat, "final_frac": args.final_frac if args.stat == "final" else ""}
+
+
+def markdown_table(rows: list, digits: int) -> str:
+    """The table as GitHub markdown: one line per (task, group), every seed's number in the last column."""
+    def num(v):
+        return "–" if not math.isfinite(v) else f"{v:.{digits}g}"
+
+    lines = ["| task | group | seeds | mean | IQM | interval | per seed |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        interval = f"[{num(r['lo'])}, {num(r['hi'])}] ({r['interval']})"
+        per_seed = ", ".join(f"{seed}: {num(float(v))}" for seed, v in (p.split(":") for p in r["seeds"].split()))
+        lines.append(f"| {r['env_id']} | {r['group']} | {r['n']} | {num(r['mean'])} | {num(r['iqm'])} | {interval} "
+                     f"| {per_seed} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_table(args, runs: list, grouping: Grouping) -> dict:
+    """One row per task and configuration: the per-run score (default: final = the mean of the episodes ending in the
+    last --final-frac of the run's steps), every seed's score, mean, IQM and an interval; markdown and CSV."""
+    check_metric(runs, args.metric)
+    norm = normalizer(args.normalize)
+    rows = []
+    for env_id in sorted({r.env_id for r in runs}, key=lambda v: sort_key((v,))):
+        for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+            scores = per_run_scores(members, args.metric, args.stat, args.final_frac, norm)
+            rows.append(table_row(env_id, label, members, scores, args))
+    return {"fig": None, "rows": rows, "markdown": markdown_table(rows, args.digits)}
 
 
 COMMANDS = {"curves": cmd_curves, "iqm": cmd_iqm, "scatter": cmd_scatter, "heatmap": cmd_heatmap, "sweep": cmd_sweep,
-            "kl-profile": cmd_kl_profile}
+            "kl-profile": cmd_kl_profile, "table": cmd_table}
 
 
 def parse_args(argv=None):
@@ -650,6 +878,9 @@ def parse_args(argv=None):
     common.add_argument("--only-finished", action="store_true", help="ignore runs whose summary.json is not finished")
     common.add_argument("--keep-duplicates", action="store_true",
                         help="keep older runs with identical flags, env_id and seed (default: the newest only)")
+    common.add_argument("--relabel", action="append", default=[], metavar="OLD->NEW",
+                        help="rename one legend label (repeatable), e.g. 'com32_to_2->2 (32)'")
+    common.add_argument("--legend-title", default="", help="title of the legend, e.g. 'COM (starting COM)'")
     common.add_argument("--title", default="")
     common.add_argument("--xlabel", default="")
     common.add_argument("--ylabel", default="")
@@ -657,14 +888,18 @@ def parse_args(argv=None):
     common.add_argument("--logy", nargs="*", default=None, metavar="METRIC",
                         help="log-scale y (curves: only the panels of the METRICs given, if any)")
     common.add_argument("--final-frac", type=float, default=0.1,
-                        help="stat 'final' = mean over the last FRAC of the x range (default 0.1)")
+                        help="stat 'final' = the mean of the values (episodes) logged in the last FRAC of the run's "
+                             "total steps (default 0.1)")
+    common.add_argument("--band", choices=BANDS + ["minmax"], default="auto",
+                        help="the band (curves) or error bar (sweep, heatmap CSV) over seeds: auto (default) = 95%% "
+                             "Student-t CI from 5 seeds, the seeds' range below 5; range (minmax); bootstrap (95%% "
+                             "percentile CI of the mean); ci95 (the range below 5 seeds); std; none. Clipped to the "
+                             "metric's range (docs/pipeline.md#bands)")
     stats = ["final", "last", "max", "min", "mean"]
 
-    p = sub.add_parser("curves", parents=[common], help="learning curves: mean and 95%% CI over seeds")
+    p = sub.add_parser("curves", parents=[common], help="learning curves: mean and band over seeds (--band)")
     p.add_argument("--metric", nargs="+", required=True, help="metric tag(s); one row of panels each")
     p.add_argument("--x", default="global_step", help="global_step, iteration, wall_time or pct (%% of data)")
-    p.add_argument("--band", choices=["ci95", "std", "minmax", "none"], default="ci95",
-                   help="the band around the mean over seeds: 95%% Student-t CI, +- std, min to max, or none")
     p.add_argument("--smooth", type=int, default=1,
                    help="per run, a trailing rolling mean over this many logged steps (after averaging the values "
                         "logged at the same step), before the runs are interpolated onto one x grid")
@@ -676,6 +911,11 @@ def parse_args(argv=None):
                    help="legend entry of the reference lines whose LABEL is a series label (drawn in its colour)")
     p.add_argument("--ylim", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"))
     p.add_argument("--ncols", type=int, default=3)
+    p.add_argument("--metric-label", action="append", default=[], metavar="TAG=WORDS",
+                   help="axis label and panel title of one metric in words, e.g. 'diagnostics/update_size=update size' "
+                        "(repeatable; default: the tag)")
+    p.add_argument("--style", action="append", default=[], metavar="LABEL=LINESTYLE",
+                   help="line style of one series (- -- : -.), e.g. for runs that overlap (repeatable)")
     p.add_argument("--panel-by", nargs="*", default=[], metavar="KEY",
                    help="one panel per value of these config keys (and per env_id), e.g. num_envs (B26 Fig. 7)")
 
@@ -710,11 +950,31 @@ def parse_args(argv=None):
     p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
     p.add_argument("--best-over", nargs="*", default=[], metavar="KEY",
                    help="config keys tuned away: the best value (highest mean score) at every point is shown")
+    p.add_argument("--series", action="append", default=[], metavar="KEY=V1,V2:LABEL",
+                   help="one line per filter instead of --group-by (repeatable; a run may be on several lines), "
+                        "e.g. 'num_steps=32:grown through N'")
+    p.add_argument("--reference-group", default="", metavar="LABEL",
+                   help="the group (its legend label) drawn as a dotted reference line with its band, every other "
+                        "line starting from its point (B26 Figs. 13-14: the base)")
+
+    p = sub.add_parser("table", parents=[common], help="one row per task and configuration: every seed's score, mean, "
+                                                       "IQM and interval (PREFIX.md and PREFIX.csv)")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
+    p.add_argument("--interval", choices=["auto", "range", "bootstrap"], default="auto",
+                   help="interval of the mean over seeds: auto (default) = the seeds' range below 5 seeds, a 95%% "
+                        "percentile bootstrap from 5")
+    p.add_argument("--normalize", default="none", help="none or atari-human")
+    p.add_argument("--reps", type=int, default=10000, help="bootstrap replicates")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--digits", type=int, default=4, help="significant digits in the markdown table")
 
     p = sub.add_parser("kl-profile", parents=[common], help="H25 Figs. 2-3: seq and ref KL within an update "
                                                             "(kl_profile.jsonl)")
     p.add_argument("--at", nargs="+", type=float, default=[10.0, 50.0, 100.0], metavar="PCT",
                    help="phases of training shown: the profiled update nearest to each %% of the run's steps")
+    p.add_argument("--dashed", nargs="*", default=[], metavar="LABEL",
+                   help="settings (legend labels) drawn dashed, the others solid (H25 Fig. 3: 100x500 dashed)")
     p.add_argument("--select", choices=["best", "all"], default="best",
                    help="the best run of each setting (H25), or every run")
     p.add_argument("--select-metric", default="charts/episodic_return", help="what 'best' ranks runs by")
@@ -722,11 +982,30 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def canonical_key(key: str) -> str:
+    """A config key as config.json spells it: the launcher's and the scripts' flag spelling (learning-rate,
+    --learning-rate) names the same field as learning_rate."""
+    return key.lstrip("-").replace("-", "_")
+
+
+def canonical_keys(args) -> None:
+    """Every option that names config keys accepts either spelling."""
+    for name in ("group_by", "panel_by", "best_over"):
+        if getattr(args, name, None):
+            setattr(args, name, [canonical_key(k) for k in getattr(args, name)])
+    for name in ("x_key", "rows", "cols"):
+        if getattr(args, name, None):
+            setattr(args, name, canonical_key(getattr(args, name)))
+    args.filter = [canonical_key(f.split("=", 1)[0]) + "=" + f.split("=", 1)[1] if "=" in f else f
+                   for f in args.filter]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    canonical_keys(args)
     try:
         runs = load_runs(args.runs, parse_filters(args.filter), args.only_finished)
-        grouping = Grouping(runs, args.group_by, args.label)
+        grouping = Grouping(runs, args.group_by, args.label, parse_pairs(args.relabel, "--relabel", "OLD->NEW", "->"))
         if not args.keep_duplicates:
             runs = deduplicate(runs)
         if getattr(args, "smooth", 1) < 1:
@@ -740,7 +1019,11 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    paths = plots.save(result["fig"], prefix) + [write_csv(result["rows"], prefix)]
+    paths = plots.save(result["fig"], prefix) if result["fig"] is not None else []  # table: no figure
+    paths.append(write_csv(result["rows"], prefix))
+    if "markdown" in result:
+        paths.append(write_text(result["markdown"], f"{prefix}.md"))
+        print(result["markdown"], end="")
     print(f"{len(runs)} runs -> " + ", ".join(paths))
     return 0
 

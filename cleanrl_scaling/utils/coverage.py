@@ -16,22 +16,21 @@ fixed-size random subsample of the rollout batch (`features/iter_NNNNNN.npz` in 
 
 It writes PREFIX.csv (one row per run and saved iteration), PREFIX_final.csv (final coverage per configuration:
 mean, std and count over seeds), PREFIX_scatter.png/.pdf (the embedded points coloured by configuration, M25
-Figs. 2 and 9) and PREFIX.png/.pdf (coverage against global step, mean and 95% CI over seeds). Details:
+Figs. 2 and 9) and PREFIX.png/.pdf (coverage against global step: the mean over seeds and their range, or a 95%
+t-interval from 5 seeds). Details:
 docs/pipeline.md.
 """
 import argparse
 import glob
-import math
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from cleanrl_scaling.utils import plots
-from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs
+from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs, run_status
 
 FEATURE_FILE = re.compile(r"iter_(\d+)\.npz$")
 
@@ -91,14 +90,14 @@ def label_of(config: dict, keys: list) -> str:
     return ", ".join(f"{k}={config_value_or(config, k, '?')}" for k in keys)
 
 
-def load_runs(roots: list, group_by: list, env_id: str = "") -> list:
+def load_runs(roots: list, group_by: list, env_id: str = "", only_finished: bool = False) -> list:
     runs = []
     for root in roots:
         if not os.path.isdir(root):
             raise UsageError(f"{root}: no such directory (give the directories that hold the run directories)")
         for run_dir in sorted(run_dirs(root)):
             files = sorted(glob.glob(os.path.join(run_dir, "features", "iter_*.npz")))
-            if not files:
+            if not files or (only_finished and run_status(run_dir) != "finished"):
                 continue
             config = read_json(os.path.join(run_dir, "config.json")) or {}
             if env_id and config_value_or(config, "env_id", "") != env_id:
@@ -156,17 +155,18 @@ def analyse(runs: list, bins: int, seed: int, n_neighbors: int = 15, min_dist: f
     return rows, embedded
 
 
-def mean_ci(values: list) -> tuple:
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    if len(values) < 2:
-        return mean, float("nan"), float("nan")
-    half = float(scipy_stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
-    return mean, mean - half, mean + half
+def mean_band(values: list, band: str = "auto") -> tuple:
+    """Mean over seeds and its band: the seeds' range below 5 seeds (SPEC §9: never a t-interval from fewer), a 95%
+    Student-t CI from 5 (band="auto"), clipped to coverage's range [0, 1]."""
+    from cleanrl_scaling.utils.aggregate import mean_ci
+
+    mean, lo, hi = mean_ci(np.asarray(values, dtype=float)[:, None], band=band, limits=(0.0, 1.0))
+    return float(mean[0]), float(lo[0]), float(hi[0])
 
 
 def final_table(rows: list) -> list:
-    """Per configuration: the final cumulative coverage of each run, then mean, std and count over runs."""
+    """Per configuration: the final cumulative coverage of each run, then mean, std, range and count over runs and
+    every seed's value (seed:value, space-separated)."""
     last = {}
     for row in rows:
         key = (row["config"], row["run_dir"])
@@ -174,10 +174,12 @@ def final_table(rows: list) -> list:
             last[key] = row
     table = []
     for config in dict.fromkeys(r["config"] for r in rows):
-        finals = [row["coverage"] for (c, _), row in last.items() if c == config]
+        ends = sorted(((row["seed"], row["coverage"]) for (c, _), row in last.items() if c == config))
+        finals = [value for _, value in ends]
         table.append({"config": config, "final_coverage_mean": float(np.mean(finals)),
                       "final_coverage_std": float(np.std(finals, ddof=1)) if len(finals) > 1 else float("nan"),
-                      "runs": len(finals)})
+                      "final_coverage_min": float(np.min(finals)), "final_coverage_max": float(np.max(finals)),
+                      "runs": len(finals), "seeds": " ".join(f"{seed}:{value:.6g}" for seed, value in ends)})
     return table
 
 
@@ -188,7 +190,8 @@ def write_csv(rows: list, path: str) -> None:
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
-def draw(runs: list, embedded: list, rows: list, prefix: str, title: str, max_points: int, seed: int) -> list:
+def draw(runs: list, embedded: list, rows: list, prefix: str, title: str, max_points: int, seed: int,
+         band: str = "auto") -> list:
     import matplotlib.pyplot as plt
 
     configs = list(dict.fromkeys(r.label for r in runs))
@@ -212,11 +215,12 @@ def draw(runs: list, embedded: list, rows: list, prefix: str, title: str, max_po
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for config in configs:
         steps = sorted({row["global_step"] for row in rows if row["config"] == config})
-        stats = [mean_ci([row["coverage"] for row in rows if row["config"] == config and row["global_step"] == s])
-                 for s in steps]
+        stats = [mean_band([row["coverage"] for row in rows if row["config"] == config and row["global_step"] == s],
+                           band) for s in steps]
         mean, lo, hi = (np.array(v) for v in zip(*stats))
         ax.plot(steps, mean, color=colors[config], label=config)
-        ax.fill_between(steps, lo, hi, color=colors[config], alpha=0.2, linewidth=0)
+        if np.isfinite(lo).any():
+            ax.fill_between(steps, lo, hi, color=colors[config], alpha=0.2, linewidth=0)
     ax.set_xlabel("global step")
     ax.set_ylabel("coverage (cumulative, fraction of cells)")
     ax.set_title(title or "State coverage (M25 App. B.7)")
@@ -233,6 +237,7 @@ def parse_args(argv=None):
                    "PREFIX_scatter.png (and .pdf)")
     p.add_argument("--group-by", nargs="*", default=[], metavar="KEY", help="config.json keys naming a configuration")
     p.add_argument("--env-id", default="", help="only the runs of this environment (one embedding per game)")
+    p.add_argument("--only-finished", action="store_true", help="ignore runs whose summary.json is not finished")
     p.add_argument("--bins", type=int, default=50, help="grid cells per axis (M25 B.7's B)")
     p.add_argument("--points-per-iteration", type=int, default=0,
                    help="points kept from every saved iteration (0 = the smallest saved count)")
@@ -240,8 +245,13 @@ def parse_args(argv=None):
     p.add_argument("--n-neighbors", type=int, default=15, help="UMAP n_neighbors")
     p.add_argument("--min-dist", type=float, default=0.1, help="UMAP min_dist")
     p.add_argument("--scatter-points", type=int, default=20000, help="points drawn in the scatter at most")
+    p.add_argument("--band", choices=["auto", "range", "bootstrap", "ci95", "none"], default="auto",
+                   help="band of the coverage curve over seeds: auto = the seeds' range below 5 seeds, a 95%% t-CI "
+                        "from 5 (clipped to [0, 1]; docs/pipeline.md#bands)")
     p.add_argument("--title", default="")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.group_by = [k.lstrip("-").replace("-", "_") for k in args.group_by]  # the launcher's spelling too
+    return args
 
 
 def main(argv=None) -> int:
@@ -253,7 +263,7 @@ def main(argv=None) -> int:
             raise UsageError(f"--points-per-iteration must be >= 0 (got {args.points_per_iteration})")
         if args.n_neighbors < 2:
             raise UsageError(f"--n-neighbors must be >= 2 (got {args.n_neighbors})")
-        runs = load_runs(args.runs, args.group_by, args.env_id)
+        runs = load_runs(args.runs, args.group_by, args.env_id, args.only_finished)
         points = equalise(runs, args.points_per_iteration, args.seed)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -265,7 +275,7 @@ def main(argv=None) -> int:
     write_csv(rows, f"{args.out}.csv")
     table = final_table(rows)
     write_csv(table, f"{args.out}_final.csv")
-    written = draw(runs, embedded, rows, args.out, args.title, args.scatter_points, args.seed)
+    written = draw(runs, embedded, rows, args.out, args.title, args.scatter_points, args.seed, args.band)
     for row in table:
         print(f"  {row['config']}: final coverage {row['final_coverage_mean']:.4f} "
               f"(std {row['final_coverage_std']:.4f}, {row['runs']} runs)")

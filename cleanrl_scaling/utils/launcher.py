@@ -5,7 +5,7 @@
 
 Every run's stdout and stderr go to one log file; failed runs are listed at the end with their log paths and the
 launcher exits with code 1. --skip-finished drops the grid points that already have a finished run in --runs-dir
-(a run is finished iff its summary.json says so, SPEC §6) started with exactly the point's flags (its config.json
+(a run is finished iff its summary.json says so, docs/run_directory.md) started with exactly the point's flags (its config.json
 "argv"); --resume-unfinished also continues a point's interrupted or killed run from its checkpoint (--resume).
 Usage and the Slurm placeholders: docs/pipeline.md.
 """
@@ -25,6 +25,8 @@ from cleanrl_scaling.utils.rundirs import (as_bool, config_value_or, finished_co
                                            same_value)
 
 DEFAULT_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_template.sh")
+# one run = one srun step of --tasks-per-node processes on each of --nodes nodes (sfl_kinetix_jax.py --distributed)
+MULTINODE_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_multinode_template.sh")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS")
 SLURM_DEFAULTS = {"time": "04:00:00", "mem": "16G"}
@@ -42,14 +44,16 @@ class Job:
     label: str
     log_path: str = ""
     cpus: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # set for the run unless the caller's environment sets it (W&B grouping)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # --skip-finished: does a finished run's config.json describe this grid point?
 # ---------------------------------------------------------------------------------------------------------
 # flags that do not change what a run computes; a resumed run records its --resume and is still its grid point
+# (--distributed: one process or several compute the same run, to float tolerance; docs/sfl_kinetix_jax.md)
 IGNORED_FOR_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_entity", "checkpoint_every",
-                        "resume"}
+                        "resume", "distributed"}
 
 
 def run_matches(job: Job, config: dict, script_stem: str) -> bool:
@@ -136,6 +140,21 @@ def build_jobs(args) -> list:
     return jobs
 
 
+def set_wandb_grouping(jobs: list, job_name: str) -> None:
+    """With --track, a launch's runs share one W&B group (--job-name) and each is tagged with the flags that vary
+    across the grid (`learning-rate=0.3`, `seed=2`); wandb.init reads WANDB_RUN_GROUP and WANDB_TAGS (docs/tracking.md)."""
+    def text(value):
+        if isinstance(value, bool):
+            return str(value).lower()
+        return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    keys = sorted({k for job in jobs for k in job.flags if not k.startswith("_")})
+    varying = [k for k in keys if len({text(job.flags.get(k)) for job in jobs}) > 1]
+    for job in jobs:
+        # a W&B tag is at most 64 characters and WANDB_TAGS is split at commas
+        tags = [f"{k.replace('_', '-')}={text(job.flags.get(k))}".replace(",", ";")[:64] for k in varying]
+        job.env = {"WANDB_RUN_GROUP": job_name, **({"WANDB_TAGS": ",".join(tags)} if tags else {})}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Local execution: N workers, each run pinned to its share of the cores
 # ---------------------------------------------------------------------------------------------------------
@@ -191,7 +210,8 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
                 log.write(f"$ {shlex.join(job.argv)}\n# cpus {job.cpus}\n")
                 log.flush()
                 pin = (lambda cpus=tuple(job.cpus): os.sched_setaffinity(0, cpus)) if can_pin else None
-                proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=run_env(len(job.cpus)),
+                env = {**job.env, **run_env(len(job.cpus))}  # the caller's WANDB_RUN_GROUP / WANDB_TAGS win
+                proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         preexec_fn=pin, start_new_session=True)
                 running[slot] = (job, proc, log, time.time())
             time.sleep(0.05)
@@ -253,22 +273,70 @@ def render_template(template: str, values: dict) -> str:
     return rendered.replace("\x00", "{").replace("\x01", "}")
 
 
+def sbatch_options(args) -> str:
+    """The optional #SBATCH lines of {sbatch_options}: partition, GPUs per run, then --sbatch lines as given."""
+    lines = [f"--partition={args.partition}"] if args.partition else []
+    lines += [f"--gres=gpu:{args.gpus_per_run}"] if args.gpus_per_run else []
+    lines += [option.strip() for option in args.sbatch if option.strip()]
+    return "\n".join(f"#SBATCH {line}" for line in lines)
+
+
 def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
     values = dict(SLURM_DEFAULTS)
     last = len(jobs) - 1
     values.update({
         "job_name": args.job_name, "num_tasks": len(jobs), "last_task": last,
-        "max_parallel": args.max_parallel, "cpus": args.cpus_per_run,
+        "max_parallel": args.max_parallel, "cpus": args.cpus_per_run, "gpus": args.gpus_per_run,
+        "nodes": args.nodes, "tasks_per_node": args.tasks_per_node,
         "array": f"0-{last}%{args.max_parallel}" if args.max_parallel > 0 else f"0-{last}",
         "commands_file": os.path.abspath(commands_file), "log_dir": os.path.abspath(log_dir),
-        "workdir": os.getcwd(), "python": args.python,
+        "workdir": os.getcwd(), "python": args.python, "sbatch_options": sbatch_options(args),
     })
+    values.update({k: v for k, v in (("time", args.time), ("mem", args.mem)) if v})
     for item in args.slurm_set:
         if "=" not in item:
             raise UsageError(f"--slurm-set {item!r}: write NAME=VALUE (e.g. --slurm-set partition=gpu)")
         key, value = item.split("=", 1)
         values[key.strip()] = value
     return values
+
+
+def queued_in_slurm(job_name: str) -> list:
+    """(script, flags) of every run in this user's queued or running Slurm array tasks named job_name, read from the
+    commands file next to each task's batch script (task i runs line i + 1); [] without Slurm or when squeue fails."""
+    if shutil.which("squeue") is None:
+        return []
+    try:
+        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i %o", f"--name={job_name}"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    points = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        task_id, _, batch_script = line.strip().partition(" ")
+        try:
+            with open(os.path.join(os.path.dirname(batch_script), "commands.txt")) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue  # not an array this launcher wrote
+        index = task_id.partition("_")[2]
+        for text in [lines[int(index)]] if index.isdigit() and int(index) < len(lines) else lines:
+            argv = shlex.split(text)
+            points.append((argv[1], parse_flags(argv[2:])))
+    return points
+
+
+def is_queued(job: Job, queued: list) -> bool:
+    """Is this grid point (same script, runs dir and flags, as --skip-finished compares them) in a queued job?"""
+    mine = {k: v for k, v in job.flags.items() if k not in IGNORED_FOR_IDENTITY}
+    for script, flags in queued:
+        if os.path.basename(script) != os.path.basename(job.argv[1]) or \
+                os.path.normpath(str(flags.get("runs_dir"))) != os.path.normpath(str(job.flags.get("runs_dir"))):
+            continue
+        theirs = {k: v for k, v in flags.items() if k not in IGNORED_FOR_IDENTITY}
+        if theirs.keys() == mine.keys() and all(same_value(mine[k], theirs[k]) for k in mine):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -299,12 +367,24 @@ def parse_args(argv=None):
                    help="with --skip-finished: continue a grid point's interrupted or killed run from its checkpoint "
                         "(--resume) instead of starting it over; only when no other launcher runs this grid")
     p.add_argument("--python", default=sys.executable, help="interpreter of the runs (default: this one)")
-    p.add_argument("--slurm-template", nargs="?", const=DEFAULT_TEMPLATE, default=None, metavar="PATH",
-                   help="submit a Slurm array rendered from this template (no PATH: the bundled one)")
+    p.add_argument("--slurm-template", nargs="?", const="", default=None, metavar="PATH",
+                   help="submit a Slurm array rendered from this template (no PATH: the bundled one, or the bundled "
+                        "multi-node one with --nodes or --tasks-per-node above 1)")
     p.add_argument("--no-submit", action="store_true",
                    help="with --slurm-template: write the files and print the script; no sbatch")
     p.add_argument("--cpus-per-run", type=int, default=1, help="Slurm: {cpus}, cores per array task")
     p.add_argument("--max-parallel", type=int, default=0, help="Slurm: array throttle %%N (0 = none)")
+    p.add_argument("--gpus-per-run", type=int, default=0, help="Slurm: {gpus}, and #SBATCH --gres=gpu:N if > 0")
+    p.add_argument("--partition", default="", help="Slurm: #SBATCH --partition=NAME")
+    p.add_argument("--time", default="", help=f"Slurm: {{time}}, the time limit of one run "
+                                              f"(default {SLURM_DEFAULTS['time']})")
+    p.add_argument("--mem", default="", help=f"Slurm: {{mem}}, memory per node of one run "
+                                             f"(default {SLURM_DEFAULTS['mem']})")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="Slurm: an extra #SBATCH line, written with = (--sbatch=--account=abc; repeatable)")
+    p.add_argument("--nodes", type=int, default=1, help="Slurm: {nodes}, nodes per run (multi-node template)")
+    p.add_argument("--tasks-per-node", type=int, default=1,
+                   help="Slurm: {tasks_per_node}, processes per node of one run (multi-node template)")
     p.add_argument("--slurm-set", action="append", default=[], metavar="NAME=VALUE",
                    help="Slurm: set or add a placeholder, e.g. time=12:00:00, mem=32G, partition=gpu")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -321,6 +401,10 @@ def check_args(args) -> None:
         raise UsageError(f"--workers must be >= 1 (got {args.workers})")
     if args.cores < 0 or args.cpus_per_run < 1 or args.max_parallel < 0:
         raise UsageError("--cores must be >= 0, --cpus-per-run >= 1 and --max-parallel >= 0")
+    if args.gpus_per_run < 0 or args.nodes < 1 or args.tasks_per_node < 1:
+        raise UsageError("--gpus-per-run must be >= 0, --nodes and --tasks-per-node >= 1")
+    if args.slurm_template == "":
+        args.slurm_template = MULTINODE_TEMPLATE if args.nodes * args.tasks_per_node > 1 else DEFAULT_TEMPLATE
     if args.slurm_template and not os.path.isfile(args.slurm_template):
         raise UsageError(f"--slurm-template {args.slurm_template!r} not found; omit PATH for the bundled template")
     if args.no_submit and not args.slurm_template:
@@ -335,6 +419,7 @@ def main(argv=None) -> int:
         check_args(args)
         args.job_name = args.job_name or os.path.splitext(os.path.basename(args.script))[0]
         jobs = build_jobs(args)
+        set_wandb_grouping(jobs, args.job_name)  # over the whole grid, so a relaunch tags its runs the same way
         script_stem = os.path.splitext(os.path.basename(args.script))[0]
         skipped = 0
         if args.skip_finished:
@@ -347,6 +432,10 @@ def main(argv=None) -> int:
             kept = [j for j in jobs if not any(run_matches(j, c, script_stem) for c in configs)]
             skipped = len(jobs) - len(kept)
             jobs = kept
+        # a point still queued or running as a Slurm job has no summary yet: launching it would run it twice
+        queued = queued_in_slurm(args.job_name)
+        in_slurm = [j for j in jobs if is_queued(j, queued)] if queued else []
+        jobs = [j for j in jobs if j not in in_slurm]
         resumed = resume_from_checkpoints(jobs, args.runs_dir, script_stem) if args.resume_unfinished else 0
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_dir = args.log_dir or os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
@@ -363,7 +452,9 @@ def main(argv=None) -> int:
         return 2
 
     header = f"# {len(jobs)} run(s)" + (f", {skipped} skipped as finished" if args.skip_finished else "") + \
-        (f", {resumed} resumed from checkpoints" if args.resume_unfinished else "")
+        (f", {resumed} resumed from checkpoints" if args.resume_unfinished else "") + \
+        (f", {len(in_slurm)} left out as queued or running in Slurm (squeue --me --name={args.job_name}; "
+         "DRAW_ONLY=1 draws without launching)" if in_slurm else "")
     if not jobs:
         print(header + ": nothing to do")
         return 0
@@ -396,7 +487,7 @@ def main(argv=None) -> int:
         if shutil.which("sbatch") is None:
             print("error: sbatch not found on this machine; use --no-submit to only write the script", file=sys.stderr)
             return 2
-        out = subprocess.run(["sbatch", script_path], capture_output=True, text=True)
+        out = subprocess.run(["sbatch", os.path.abspath(script_path)], capture_output=True, text=True)
         print(out.stdout.strip() or out.stderr.strip())
         return out.returncode
 

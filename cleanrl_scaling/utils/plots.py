@@ -51,22 +51,38 @@ def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4):
 
 
 def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, logx: bool = False,
-                hline_legend: str = "reference") -> plt.Figure:
+                hline_legend: str = "reference", styles: dict = None, palette: dict = None,
+                legend_title: str = "") -> plt.Figure:
     """panels: [{"title", "xlabel", "ylabel", "series": {label: (x, mean, lo, hi)}, "hlines": [(value, text)],
-    "logy": bool, "marker": a matplotlib marker or None}]; one colour per label across panels; lo/hi may be None (no band). A reference line whose text is
-    a series label is drawn dotted in that series' colour (one legend entry, hline_legend, for all of them); any
-    other is grey and annotated with its text."""
+    "hbands": [(lo, hi, text)], "logy": bool, "marker": a matplotlib marker or None, "errorbars": bool}]; one colour
+    per label across panels (palette: {label: colour} overrides); lo/hi may be None (no band). A series of one point,
+    or any series of an "errorbars" panel, draws its band as error bars (a band over one x is invisible). styles:
+    {label: matplotlib line keywords, e.g. {"ls": "--"}} (runs that would overlap stay distinguishable). A
+    reference line whose text is a series label is drawn dotted in that series' colour (one legend entry,
+    hline_legend, for all of them), with its band (hbands) shaded; any other is grey and annotated with its text."""
     fig, axes = _grid(len(panels), ncols)
-    palette = dict(zip(labels, colors(len(labels))))
+    palette = {**dict(zip(labels, colors(len(labels)))), **(palette or {})}
+    styles = styles or {}
     coloured_hline = False
     for ax, panel in zip(axes, panels):
         for label in labels:
             if label not in panel["series"]:
                 continue
             x, mean, lo, hi = panel["series"][label]
-            ax.plot(x, mean, color=palette[label], label=label, lw=1.6, marker=panel.get("marker"), ms=4)
-            if lo is not None and np.isfinite(lo).any():
+            style = {"color": palette[label], "lw": 1.6, "marker": panel.get("marker"), "ms": 4,
+                     **styles.get(label, {})}
+            has_band = lo is not None and np.isfinite(lo).any()
+            if has_band and (len(x) == 1 or panel.get("errorbars")):
+                below, above = np.asarray(mean) - np.asarray(lo), np.asarray(hi) - np.asarray(mean)
+                ax.errorbar(x, mean, yerr=np.clip(np.nan_to_num([below, above]), 0, None), label=label, capsize=3,
+                            **{"marker": "o", **style})
+                continue
+            ax.plot(x, mean, label=label, **style)
+            if has_band:
                 ax.fill_between(x, lo, hi, color=palette[label], alpha=0.2, lw=0)
+        for low, high, text in panel.get("hbands", ()):
+            if np.isfinite(low) and np.isfinite(high):
+                ax.axhspan(low, high, color=palette.get(text, "0.5"), alpha=0.12, lw=0)
         for value, text in panel.get("hlines", ()):
             if text in palette:
                 ax.axhline(value, color=palette[text], ls=":", lw=1.4, alpha=0.9)
@@ -100,7 +116,8 @@ def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, log
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     if handles:
-        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9)
+        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9,
+                   title=legend_title or None, title_fontsize=9)
     return fig
 
 

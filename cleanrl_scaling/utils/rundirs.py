@@ -1,4 +1,4 @@
-"""Reading SPEC §4 run directories: config.json, summary.json, metrics.jsonl; and matching flags to configs.
+"""Reading run directories (docs/run_directory.md): config.json, summary.json, metrics.jsonl; and matching flags to configs.
 
 Shared by the launcher (--skip-finished) and the aggregation. A run is finished iff its summary.json exists with
 status "finished".
