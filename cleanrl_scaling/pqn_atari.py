@@ -715,6 +715,12 @@ class QNetwork(nn.Module):
         return self.q_head(self.network(x))
 
 
+def build_q_network(num_actions: int, channels_last: bool, network: str) -> nn.Module:
+    """QNetwork(num_actions, channels_last), the construction contract; only --network purejaxql passes the
+    default class's network option, so a replacement class with the contract's two arguments still builds."""
+    return QNetwork(num_actions, channels_last, **({} if network == "cleanrl" else {"network": network}))
+
+
 def epsilon_at(step: int, args) -> float:
     """Linear decay from --start-e to --end-e over --exploration-steps (or the fraction of the run), then flat.
     With --epsilon-per-update the fraction is of the run's whole updates, as purejaxql's NUM_UPDATES_DECAY."""
@@ -1083,7 +1089,7 @@ def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 def evaluate(model_path, env_id, eval_episodes, epsilon, device, seed, network="cleanrl"):
     envs = make_envs(env_id, eval_episodes, seed, train=False)
-    q_network = QNetwork(envs.action_space.n, network=network).to(device)
+    q_network = build_q_network(envs.action_space.n, False, network).to(device)
     q_network.load_state_dict(torch.load(model_path, map_location=device))
     generator = torch.Generator(device=device).manual_seed(seed)
     obs, _ = envs.reset()
@@ -1206,7 +1212,7 @@ def main():
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
 
     # Q-network and optimizer
-    q_network = QNetwork(envs.action_space.n, args.channels_last, args.network).to(device)
+    q_network = build_q_network(envs.action_space.n, args.channels_last, args.network).to(device)
     if args.channels_last:
         q_network = q_network.to(memory_format=torch.channels_last)
     if args.diagnostics_every > 0:
