@@ -169,11 +169,14 @@ class Args(ScalingArgs, RunArgs):
     num_hidden_layers: int = 5
     """hidden layers of the actor and critic MLP heads (Kinetix: 5)"""
     embed_dim: int = 128
-    """transformer: width of the entity embeddings (Kinetix: 8 heads x 16)"""
+    """transformer: width of the entity embeddings (Kinetix's transformer_encoder_size: 128)"""
+    attention_size: int = 16
+    """transformer: width of the queries, keys and values summed over the heads (Kinetix's transformer_size: 16, so
+    2 per head)"""
     num_heads: int = 8
-    """transformer: attention heads"""
+    """transformer: attention heads, a multiple of the observation's 4 attention masks (Kinetix: 8)"""
     transformer_depth: int = 2
-    """transformer: self-attention layers"""
+    """transformer: gated self-attention layers, each followed by the joint and thruster messages (Kinetix: 2)"""
     eval_every: int = 128
     """log charts/solve_rate_random and charts/solve_rate_handmade before training and every K iterations (0 = only at
     the end)"""
@@ -651,7 +654,9 @@ def make_env(env_size: str, network: str, episode_length: int = 256, obs_dtype: 
 
 
 class EntityObs(struct.PyTreeNode):
-    """The part of Kinetix's symbolic-entity observation the network reads: per-entity features and presence."""
+    """Kinetix's symbolic-entity observation as its network reads it: per-entity features and presence, the shapes each
+    joint and thruster acts on (without them the relative joint and thruster features do not say which body a motor or
+    thruster moves) and the four [S, S] attention masks over the shapes (all, not colliding, jointed, in contact)."""
     polygons: jnp.ndarray
     circles: jnp.ndarray
     joints: jnp.ndarray
@@ -660,12 +665,14 @@ class EntityObs(struct.PyTreeNode):
     circle_mask: jnp.ndarray
     joint_mask: jnp.ndarray
     thruster_mask: jnp.ndarray
+    attention_mask: jnp.ndarray  # [4, S, S] bool, shapes = polygons then circles
+    joint_indexes: jnp.ndarray  # [2J, 2] int: (shape the message goes to, the other shape); both ends of each joint
+    thruster_indexes: jnp.ndarray  # [R] int: the shape each thruster is fixed to
 
 
 class ObsEnv:
-    """Kinetix's env with the observation the network reads: the entity one cut to EntityObs (the dropped attention
-    mask, [4, S, S] per state, and index arrays would dominate the rollout's memory at 65k-1M envs) or the flat one,
-    its float parts in --obs-dtype."""
+    """Kinetix's env with the observation the network reads (EntityObs, or the flat one), its float parts in
+    --obs-dtype."""
 
     def __init__(self, env, entity: bool, dtype):
         self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
@@ -885,37 +892,83 @@ class MLP(nn.Module):
         return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
 
 
-ENTITY_KINDS = (("polygons", "polygon_mask"), ("circles", "circle_mask"), ("joints", "joint_mask"),
-                ("thrusters", "thruster_mask"))
+class Gate(nn.Module):
+    """GTrXL's GRU-style gate (Parisotto et al. 2020), as Kinetix's transformer layers use it: the residual x and the
+    layer output y mix through reset and update gates instead of x + y."""
+    width: int
+
+    @nn.compact
+    def __call__(self, x, y):
+        def lin(name, v):
+            return nn.Dense(self.width, use_bias=False, name=name)(v)
+        r = jax.nn.sigmoid(lin("wr", y) + lin("ur", x))
+        z = jax.nn.sigmoid(lin("wz", y) + lin("uz", x) - self.param("bias", nn.initializers.zeros, (self.width,)))
+        h = jnp.tanh(lin("wg", y) + lin("ug", r * x))
+        return (1.0 - z) * x + z * h
+
+
+def gather_shapes(x, index):
+    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at."""
+    return jnp.take_along_axis(x, index[..., None], axis=-2)
+
+
+def scatter_add_shapes(x, index, messages):
+    """x [..., S, E] + messages [..., K, E] added to the shapes `index` [..., K] names (several may hit one shape)."""
+    one_hot = jax.nn.one_hot(index, x.shape[-2], dtype=x.dtype)  # [..., K, S]: a sum, independent of entry order
+    return x + jnp.einsum("...ks,...ke->...se", one_hot, messages)
 
 
 class EntityTransformer(nn.Module):
-    """Each shape, joint end and thruster is a token (its own linear embedding per kind); masked self-attention
-    without positions, then a learned summary token and the mean over present tokens: the output does not depend
-    on the order of the entities (Kinetix's design idea for symbolic-entity observations)."""
+    """Kinetix's permutation-invariant entity network (models/transformer_model.py at its SFL config: dummy_and_mean,
+    no feed-forward expansion, gated, single-layer joint/thruster mixing): shape tokens (polygons then circles, each
+    tagged with its kind) plus a constant summary token; per layer, gated masked self-attention over the shapes, then
+    every joint's message (both shapes and the joint) added into the shape it acts on and every thruster's (its shape
+    and the thruster) into its shape; out: the mean over the summary token and the present shapes. No positions, so
+    the output does not depend on the order of the entities."""
     embed_dim: int
+    attention_size: int
     num_heads: int
     depth: int
 
     @nn.compact
     def __call__(self, obs):
-        tokens = [nn.Dense(self.embed_dim, name=f"embed_{kind}")(getattr(obs, kind)) for kind, _ in ENTITY_KINDS]
-        masks = [getattr(obs, mask) for _, mask in ENTITY_KINDS]
-        batch_shape = tokens[0].shape[:-2]
-        summary = self.param("summary_token", nn.initializers.normal(0.02), (self.embed_dim,))
-        x = jnp.concatenate([jnp.broadcast_to(summary, batch_shape + (1, self.embed_dim))] + tokens, axis=-2)
-        present = jnp.concatenate([jnp.ones(batch_shape + (1,), bool)] + [m.astype(bool) for m in masks], axis=-1)
-        attend = present[..., None, None, :]  # every query attends to the present tokens only
+        e = self.embed_dim
+
+        def embed(name, features, width):
+            dense = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"embed_{name}")
+            return jnp.tanh(dense(features))
+
+        def shape_tokens(name, features, kind):
+            h = embed(name, features, e - 1)
+            return jnp.concatenate([h, jnp.full(h.shape[:-1] + (1,), kind, h.dtype)], axis=-1)
+        shapes = jnp.concatenate([shape_tokens("polygons", obs.polygons, 1.0),
+                                  shape_tokens("circles", obs.circles, 0.0)], axis=-2)
+        batch = shapes.shape[:-2]
+        x = jnp.concatenate([jnp.ones(batch + (1, e), shapes.dtype), shapes], axis=-2)
+        present = jnp.concatenate([jnp.ones(batch + (1,), bool), obs.polygon_mask.astype(bool),
+                                   obs.circle_mask.astype(bool)], axis=-1)
+        # the summary token attends to and is seen by every present shape; the observation's 4 masks cover the shapes
+        masks = obs.attention_mask.astype(bool)
+        num_masks, s = masks.shape[-3], present.shape[-1]
+        full = jnp.ones(batch + (num_masks, s, s), bool).at[..., 1:, 1:].set(masks)
+        full = full & present[..., None, :, None] & present[..., None, None, :]
+        full = jnp.repeat(full, self.num_heads // num_masks, axis=-3)  # heads 2m, 2m+1 use mask m (8 heads)
+        joints, thrusters = embed("joints", obs.joints, e), embed("thrusters", obs.thrusters, e)
+        joint_to, joint_from, thruster_on = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1, obs.thruster_indexes + 1
         for i in range(self.depth):
-            h = nn.LayerNorm(name=f"ln_attn_{i}")(x)
-            x = x + nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.embed_dim, name=f"attn_{i}")(
-                h, h, mask=attend)
-            h = nn.LayerNorm(name=f"ln_ffn_{i}")(x)
-            h = nn.gelu(nn.Dense(2 * self.embed_dim, name=f"ffn_in_{i}")(h))
-            x = x + nn.Dense(self.embed_dim, name=f"ffn_out_{i}")(h)
-        weights = present[..., 1:, None].astype(x.dtype)
-        mean = (x[..., 1:, :] * weights).sum(-2) / jnp.maximum(weights.sum(-2), 1.0)
-        return jnp.concatenate([x[..., 0, :], mean], axis=-1)
+            y = nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.attention_size, out_features=e,
+                                                name=f"attn_{i}")(nn.LayerNorm(name=f"ln_attn_{i}")(x), mask=full)
+            y = Gate(e, name=f"gate_attn_{i}")(x, jax.nn.relu(y))
+            h = nn.Dense(e, name=f"dense_{i}")(nn.LayerNorm(name=f"ln_dense_{i}")(y))
+            x = Gate(e, name=f"gate_dense_{i}")(y, jax.nn.relu(h))
+            joint_msg = nn.Dense(e, name=f"joint_{i}")(jnp.concatenate(
+                [gather_shapes(x, joint_to), gather_shapes(x, joint_from), joints], axis=-1))
+            thruster_msg = nn.Dense(e, name=f"thruster_{i}")(jnp.concatenate(
+                [gather_shapes(x, thruster_on), thrusters], axis=-1))
+            x = scatter_add_shapes(x, joint_to, joint_msg * obs.joint_mask[..., None])
+            x = scatter_add_shapes(x, thruster_on, thruster_msg * obs.thruster_mask[..., None])
+        weights = present[..., None].astype(x.dtype)
+        return (x * weights).sum(-2) / weights.sum(-2)
 
 
 class ActorCritic(nn.Module):
@@ -924,6 +977,7 @@ class ActorCritic(nn.Module):
     hidden_size: int
     num_layers: int
     embed_dim: int = 128
+    attention_size: int = 16
     num_heads: int = 8
     depth: int = 2
 
@@ -931,7 +985,10 @@ class ActorCritic(nn.Module):
     def __call__(self, obs):
         """obs -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
         obs = jax.tree.map(read_obs, obs)
-        x = obs if self.network == "mlp" else EntityTransformer(self.embed_dim, self.num_heads, self.depth)(obs)
+        if self.network == "mlp":
+            x = obs
+        else:
+            x = EntityTransformer(self.embed_dim, self.attention_size, self.num_heads, self.depth)(obs)
         d, a = self.action_mask.shape
         logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(x)
         value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(x)
@@ -1505,7 +1562,8 @@ def validate(args, argv: list) -> dict:
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
     check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
     for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
-                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim", "num_heads",
+                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim",
+                 "attention_size", "num_heads",
                  "transformer_depth", "eval_attempts", "updates_per_chunk"):
         check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
@@ -1523,8 +1581,10 @@ def validate(args, argv: list) -> dict:
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
           f"--sfl-filter-batch {filter_batch}; choose a divisor")
-    check(args.embed_dim % args.num_heads == 0,
-          f"--embed-dim {args.embed_dim} must be divisible by --num-heads {args.num_heads}")
+    check(args.attention_size % args.num_heads == 0,
+          f"--attention-size {args.attention_size} must be divisible by --num-heads {args.num_heads}")
+    check(args.num_heads % 4 == 0, f"--num-heads {args.num_heads} must be a multiple of 4: the heads share out the "
+          "observation's 4 attention masks")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
     scaling = resolve_scaling(args)
@@ -1542,14 +1602,15 @@ def signature(args) -> dict:
             "num_envs": args.num_envs, "no_sfl": args.no_sfl,
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
-            "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
+            "attention_size": args.attention_size, "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
             "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype}
 
 
 # signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
-# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations
-SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32"}
+# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
+# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check)
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16}
 
 
 def apply_scaling(args, scaling: dict) -> None:
@@ -1582,6 +1643,7 @@ class BuildConfig(NamedTuple):
     hidden_size: int
     num_hidden_layers: int
     embed_dim: int
+    attention_size: int
     num_heads: int
     transformer_depth: int
     num_envs: int
@@ -1613,8 +1675,8 @@ def build_config(args) -> BuildConfig:
     return BuildConfig(
         env_size=args.env_size, episode_length=args.episode_length, network=args.network, obs_dtype=args.obs_dtype,
         hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, num_heads=args.num_heads,
-        transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
+        num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
+        num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
         num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
         gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
@@ -1642,8 +1704,8 @@ def build(cfg: BuildConfig, buffer_size: int):
     env, env_params, static_params = make_env(cfg.env_size, cfg.network, cfg.episode_length, cfg.obs_dtype)
     _, mask = action_layout(env, env_params)
     network = ActorCritic(action_mask=mask, network=cfg.network, hidden_size=cfg.hidden_size,
-                          num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads,
-                          depth=cfg.transformer_depth)
+                          num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim,
+                          attention_size=cfg.attention_size, num_heads=cfg.num_heads, depth=cfg.transformer_depth)
     schedule = cfg.learning_rate
     if cfg.anneal_lr:  # CleanRL: linear to zero, constant within an iteration
         steps_per_iteration = cfg.update_epochs * cfg.num_minibatches

@@ -341,29 +341,77 @@ def dataclasses_equal(a, b, ignore=()):
 # ---------------------------------------------------------------------------------------------------------
 # Network
 # ---------------------------------------------------------------------------------------------------------
-def test_entity_transformer_ignores_entity_order_and_absent_entities():
-    key = jax.random.PRNGKey(0)
-    ks = jax.random.split(key, 5)
-    obs = m.EntityObs(polygons=jax.random.normal(ks[0], (2, 5, 27)), circles=jax.random.normal(ks[1], (2, 2, 19)),
-                     joints=jax.random.normal(ks[2], (2, 2, 22)), thrusters=jax.random.normal(ks[3], (2, 1, 8)),
-                     polygon_mask=jnp.array([[1, 1, 1, 0, 1], [1, 1, 0, 0, 0]], bool), circle_mask=jnp.ones((2, 2), bool),
-                     joint_mask=jnp.array([[1, 1], [0, 0]], bool), thruster_mask=jnp.ones((2, 1), bool))
-    net = m.ActorCritic(action_mask=np.ones((6, 3), bool), network="transformer", hidden_size=8, num_layers=2,
-                        embed_dim=16, num_heads=4, depth=2)
-    params = net.init(ks[4], obs)
-    logits, value, _, _ = net.apply(params, obs)
-    perm = jnp.array([4, 2, 0, 3, 1])
-    permuted = obs.replace(polygons=obs.polygons[:, perm], polygon_mask=obs.polygon_mask[:, perm],
-                           circles=obs.circles[:, ::-1], circle_mask=obs.circle_mask[:, ::-1])
-    logits2, value2, _, _ = net.apply(params, permuted)
-    np.testing.assert_allclose(logits2, logits, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(value2, value, rtol=1e-4, atol=1e-5)
-    # an absent entity's features do not matter (polygon 3 of state 0, every joint of state 1)
-    hidden = obs.replace(polygons=obs.polygons.at[0, 3].set(99.0), joints=obs.joints.at[1].set(-5.0))
-    logits3, _, _, _ = net.apply(params, hidden)
-    np.testing.assert_allclose(logits3, logits, rtol=1e-4, atol=1e-5)
-    changed = obs.replace(polygons=obs.polygons.at[0, 0].set(3.0))  # a present one does
-    assert not np.allclose(net.apply(params, changed)[0][0], logits[0])
+@functools.lru_cache(maxsize=1)
+def handmade_entity_obs():
+    """The entity observations of the 10 's' hand-designed levels at their start, and the action mask."""
+    env, env_params, static_params = m.make_env("s", "transformer")
+    levels = m.load_handmade_levels("s", static_params)
+    return jax.vmap(env.get_obs)(levels), m.action_layout(env, env_params)[1]
+
+
+@functools.lru_cache(maxsize=1)
+def small_entity_net():
+    obs, mask = handmade_entity_obs()
+    net = m.ActorCritic(action_mask=mask, network="transformer", hidden_size=8, num_layers=2, embed_dim=16,
+                        attention_size=8, num_heads=4, depth=2)
+    return net, net.init(jax.random.PRNGKey(0), obs), jax.jit(net.apply)
+
+
+def test_entity_network_sees_which_shape_a_thruster_or_joint_acts_on():
+    """Kinetix's thruster and joint features are relative to their shapes: only the indexes say which body a thruster
+    pushes or a motor turns. Re-attaching them to another present polygon of a hand-designed level, features unchanged,
+    must change what the policy does."""
+    obs, _ = handmade_entity_obs()
+    net, params, apply = small_entity_net()
+    logits = apply(params, obs)[0]
+    level = int(np.flatnonzero(np.asarray(obs.thruster_mask[:, 0]))[0])
+    polygons = np.flatnonzero(np.asarray(obs.polygon_mask[level]))
+    old = int(obs.thruster_indexes[level, 0])
+    other = int([p for p in polygons if p != old][0])
+    moved = obs.replace(thruster_indexes=obs.thruster_indexes.at[level, 0].set(other))
+    got = apply(params, moved)[0]
+    assert not np.allclose(got[level], logits[level], atol=1e-6)
+    np.testing.assert_array_equal(np.delete(got, level, 0), np.delete(logits, level, 0))  # the other levels' as before
+    level = int(np.flatnonzero(np.asarray(obs.joint_mask[:, 0]))[0])
+    a, b = (int(i) for i in obs.joint_indexes[level, 0])
+    third = int([p for p in np.flatnonzero(np.asarray(obs.polygon_mask[level])) if p not in (a, b)][0])
+    moved = obs.replace(joint_indexes=obs.joint_indexes.at[level, 0, 0].set(third))
+    assert not np.allclose(apply(params, moved)[0][level], logits[level], atol=1e-6)
+
+
+def permute_entities(obs, key):
+    """The same scenes with polygons, circles, joints and thrusters listed in another order: every index and both
+    axes of the attention masks follow the shapes."""
+    kp, kc, kj, kt = jax.random.split(key, 4)
+    p, c = obs.polygons.shape[-2], obs.circles.shape[-2]
+    perm_p, perm_c = jax.random.permutation(kp, p), jax.random.permutation(kc, c)
+    shapes = jnp.concatenate([perm_p, p + perm_c])  # new position k holds old shape shapes[k]
+    new_index = jnp.argsort(shapes)  # old shape o is now at new_index[o]
+    perm_j, perm_t = jax.random.permutation(kj, obs.joints.shape[-2]), jax.random.permutation(kt, obs.thrusters.shape[-2])
+    return obs.replace(
+        polygons=obs.polygons[:, perm_p], polygon_mask=obs.polygon_mask[:, perm_p],
+        circles=obs.circles[:, perm_c], circle_mask=obs.circle_mask[:, perm_c],
+        attention_mask=obs.attention_mask[:, :, shapes][:, :, :, shapes],
+        joints=obs.joints[:, perm_j], joint_mask=obs.joint_mask[:, perm_j], joint_indexes=new_index[obs.joint_indexes[:, perm_j]],
+        thrusters=obs.thrusters[:, perm_t], thruster_mask=obs.thruster_mask[:, perm_t],
+        thruster_indexes=new_index[obs.thruster_indexes[:, perm_t]])
+
+
+def test_entity_network_ignores_entity_order_and_absent_entities():
+    obs, _ = handmade_entity_obs()
+    net, params, apply = small_entity_net()
+    logits, value = apply(params, obs)[:2]
+    for seed in range(3):
+        got_logits, got_value = apply(params, permute_entities(obs, jax.random.PRNGKey(seed)))[:2]
+        np.testing.assert_allclose(got_logits, logits, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got_value, value, rtol=1e-4, atol=1e-5)
+    # an absent entity's features do not matter; a present one's do
+    absent = np.argwhere(~np.asarray(obs.polygon_mask))[0]
+    hidden = obs.replace(polygons=obs.polygons.at[tuple(absent)].set(99.0))
+    np.testing.assert_allclose(apply(params, hidden)[0], logits, rtol=1e-4, atol=1e-5)
+    present = np.argwhere(np.asarray(obs.polygon_mask))[-1]
+    changed = obs.replace(polygons=obs.polygons.at[tuple(present)].set(3.0))
+    assert not np.allclose(apply(params, changed)[0][present[0]], logits[present[0]])
 
 
 def test_bfloat16_observations_are_what_the_policy_acts_on_and_trains_on():
@@ -376,8 +424,8 @@ def test_bfloat16_observations_are_what_the_policy_acts_on_and_trains_on():
         obs32, obs16 = jax.vmap(env32.get_obs)(levels), jax.vmap(env16.get_obs)(levels)
         rounded_somewhere = False
         for a, b in zip(jax.tree.leaves(obs32), jax.tree.leaves(obs16)):
-            if a.dtype == jnp.bool_:
-                assert b.dtype == jnp.bool_ and np.array_equal(a, b)
+            if not jnp.issubdtype(a.dtype, jnp.floating):  # masks and indexes as they are
+                assert b.dtype == a.dtype and np.array_equal(a, b)
             else:
                 assert a.dtype == jnp.float32 and b.dtype == jnp.uint16
                 decoded = m.read_obs(b)
@@ -392,7 +440,7 @@ def test_bfloat16_observations_are_what_the_policy_acts_on_and_trains_on():
                                  jnp.zeros((3,) + env16.action_space(env_params).shape, jnp.int32), env_params)[0]
         assert jax.tree.map(lambda x: x.dtype, stepped) == jax.tree.map(lambda x: x.dtype, obs16)  # after a step too
         net = m.ActorCritic(action_mask=m.action_layout(env32, env_params)[1], network=network, hidden_size=8,
-                            num_layers=2, embed_dim=16, num_heads=4, depth=1)
+                            num_layers=2, embed_dim=16, attention_size=8, num_heads=4, depth=1)
         params = net.init(jax.random.PRNGKey(0), obs32)
         as_float32 = jax.tree.map(m.read_obs, obs16)
         for got, want in zip(net.apply(params, obs16)[:2], net.apply(params, as_float32)[:2]):
@@ -436,6 +484,7 @@ def run_main(argv):
     (["--sfl-update-period", "0"], "--sfl-update-period"),
     (["--sfl-rollout-length", "-1"], "--sfl-rollout-length"),
     (["--num-heads", "3"], "--num-heads"),
+    (["--num-heads", "2", "--attention-size", "16"], "multiple of 4"),
     (["--num-minibatches", "3"], "--num-minibatches"),
     (["--ent-coef", "inf"], "--ent-coef"),
     (["--ewma-com", "-1"], "--ewma-com"),
