@@ -109,6 +109,9 @@ class Args(ScalingArgs, RunArgs):
     """the number of mini-batches"""
     update_epochs: int = 8
     """the K epochs to update the policy"""
+    minibatch_form: Literal["trajectories", "steps"] = "trajectories"
+    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26
+    App. D); steps: T/S random steps of each of N/G envs (this script's form before; S x G = M, also when M > N)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.2
@@ -1130,6 +1133,7 @@ class Setup(NamedTuple):
     num_envs: int
     num_steps: int
     num_minibatches: int
+    minibatch_form: str
     update_epochs: int
     gamma: float
     gae_lambda: float
@@ -1329,13 +1333,46 @@ def take_minibatch(batch, order, index, groups: int):
     return jax.tree.map(take, batch)
 
 
+def trajectory_order(key, num_envs: int, num_minibatches: int):
+    """An epoch's draw for whole-trajectory minibatches: [N/M, M], row b deals the M envs bM ... bM+M-1 of block b
+    one to each minibatch in a random order. Kinetix deals a random permutation of a device's envs; dealing within
+    blocks of M neighbours gives every minibatch the same share of each device's envs on any device count."""
+    blocks = num_envs // num_minibatches
+    dealt = jnp.broadcast_to(jnp.arange(num_minibatches), (blocks, num_minibatches))
+    return jax.random.permutation(key, dealt, axis=1, independent=True)
+
+
+def take_trajectories(batch, order, index):
+    """Minibatch `index` = all T steps of env bM + order[b, index] of every block b, from a [T, N, ...] batch; the
+    gather stays within each block, so a device reads only its own envs when M divides its env count."""
+    num_minibatches = order.shape[1]
+    cols = order[:, index]  # [N/M]
+
+    def take(x):
+        blocks = x.reshape((x.shape[0], -1, num_minibatches) + x.shape[2:])
+        picked = jnp.take_along_axis(blocks, cols.reshape((1, -1, 1) + (1,) * (x.ndim - 2)), axis=2)[:, :, 0]
+        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
+    return jax.tree.map(take, batch)
+
+
 def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
-    """Every sample once: minibatch = T/S steps of each of N/G envs (the same minibatches on any device count)."""
-    groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
-    order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
+    """Every sample once, in M minibatches of whole trajectories (default) or of T/S steps of each of N/G envs; the
+    same minibatches on any device count."""
+    if setup.minibatch_form == "trajectories":
+        order = trajectory_order(key, setup.num_envs, setup.num_minibatches)
+        mb_order = jnp.arange(setup.num_minibatches)  # membership is already random
+
+        def take(index):
+            return take_trajectories(batch, order, index)
+    else:
+        groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
+        order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
+
+        def take(index):
+            return take_minibatch(batch, order, index, groups)
 
     def step(carry, index):
-        return minibatch_step(setup, hyper, probe_on, carry, take_minibatch(batch, order, index, groups))
+        return minibatch_step(setup, hyper, probe_on, carry, take(index))
 
     def run(carry):
         carry, stats = jax.lax.scan(step, carry, mb_order)
@@ -1587,7 +1624,12 @@ def validate(args, argv: list) -> dict:
           "observation's 4 attention masks")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check(args.minibatch_form in ("trajectories", "steps"),
+          f"--minibatch-form {args.minibatch_form!r} is not one of trajectories, steps")
     scaling = resolve_scaling(args)
+    check(args.minibatch_form == "steps" or args.num_envs % scaling["num_minibatches"] == 0,
+          f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
+          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass --minibatch-form steps")
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
     check(args.level_batch % devices == 0 and filter_batch % devices == 0,
@@ -1604,13 +1646,15 @@ def signature(args) -> dict:
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
             "attention_size": args.attention_size, "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
-            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype}
+            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
+            "minibatch_form": args.minibatch_form}
 
 
 # signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
 # one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
-# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check)
-SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16}
+# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
+# one written before --minibatch-form took minibatches of steps
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps"}
 
 
 def apply_scaling(args, scaling: dict) -> None:
@@ -1649,6 +1693,7 @@ class BuildConfig(NamedTuple):
     num_envs: int
     num_steps: int
     num_minibatches: int
+    minibatch_form: str
     batch_size: int
     update_epochs: int
     gamma: float
@@ -1677,7 +1722,7 @@ def build_config(args) -> BuildConfig:
         hidden_size=args.hidden_size,
         num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
         num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
-        num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
+        num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form, batch_size=args.batch_size, update_epochs=args.update_epochs,
         gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
         target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
@@ -1715,7 +1760,7 @@ def build(cfg: BuildConfig, buffer_size: int):
     mesh = env_mesh()
     setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
                   num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_minibatches=cfg.num_minibatches,
-                  update_epochs=cfg.update_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
+                  minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
                   clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
                   imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
                   probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),

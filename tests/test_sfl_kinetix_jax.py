@@ -182,7 +182,7 @@ def fake_setup(rollout_length):
     params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
     setup = m.Setup(env=FakeEnv(), env_params=None, network=network, optimizer=None,
                     mesh=jax.sharding.Mesh(np.array(jax.devices()[:1]), ("envs",)), num_envs=3, num_steps=1,
-                    num_minibatches=1, update_epochs=1, gamma=0.99, gae_lambda=0.95, clip_vloss=True, norm_adv=True,
+                    num_minibatches=1, minibatch_form="trajectories", update_epochs=1, gamma=0.99, gae_lambda=0.95, clip_vloss=True, norm_adv=True,
                     use_ewma=False, imp_samp_max=0.0, target_kl=None, probe_index=np.arange(1), max_timesteps=5,
                     num_from_buffer=0, rollout_length=rollout_length)
     levels = FakeState(timestep=jnp.zeros(3, jnp.int32), kind=jnp.arange(3))
@@ -235,6 +235,41 @@ def test_an_epoch_takes_every_sample_once_in_env_balanced_minibatches(num_miniba
     assert slots == 1 or not np.array_equal(order, other)  # the steps are shuffled anew each epoch
 
 
+@pytest.mark.parametrize("num_minibatches", [1, 2, 4, 8])
+def test_a_trajectory_minibatch_is_whole_rollouts_of_a_random_subset_of_envs(num_minibatches):
+    """The default form (Kinetix's): minibatch = all T steps of N/M envs; an epoch uses every env once; which envs
+    share a minibatch is drawn anew each epoch (every env pair can meet)."""
+    T, N = 6, 8
+    flat = jnp.arange(T * N).reshape(T, N)
+    batch = {"id": flat, "obs": jnp.stack([flat, -flat], -1).astype(jnp.float32)}
+    take = jax.jit(m.take_trajectories)
+    partners = np.zeros((N, N), bool)
+    for epoch in range(20):
+        order = m.trajectory_order(jax.random.PRNGKey(epoch), N, num_minibatches)
+        seen = []
+        for index in range(num_minibatches):
+            mb = take(batch, order, index)
+            ids = np.asarray(mb["id"])
+            np.testing.assert_array_equal(np.asarray(mb["obs"]), np.stack([ids, -ids], -1))
+            envs = np.unique(ids % N)
+            assert len(ids) == T * N // num_minibatches and len(envs) == N // num_minibatches
+            assert sorted(ids.tolist()) == sorted((np.arange(T)[:, None] * N + envs[None]).ravel().tolist())  # whole
+            assert sorted(envs // num_minibatches) == list(range(N // num_minibatches))  # one env of each block
+            partners[np.ix_(envs, envs)] = True
+            seen += ids.tolist()
+        assert sorted(seen) == list(range(T * N))
+    blocks = np.arange(N) // num_minibatches
+    assert partners[blocks[:, None] != blocks[None, :]].all()  # envs of different blocks all met at some epoch
+    assert m.Args().minibatch_form == "trajectories"
+
+
+def test_trajectory_minibatches_need_envs_for_every_minibatch(capsys):
+    assert run_main(["--num-envs", "16", "--num-minibatches", "32"]) == 2
+    assert "--minibatch-form steps" in capsys.readouterr().err
+    args = m.Args(num_envs=16, num_minibatches=32, minibatch_form="steps")
+    assert m.validate(args, ["--minibatch-form", "steps"])["num_minibatches"] == 32
+
+
 def test_minibatches_of_a_sharded_batch_stay_on_their_devices(tmp_path):
     """Two CPU devices, a [T, N, F] batch sharded over N: one epoch of take_minibatch needs a few MiB of
     temporaries per device; a global permutation of the flattened batch needs two copies of the whole batch."""
@@ -249,10 +284,14 @@ def local(w, x, key):
     order, mb_order = m.epoch_order(key, T, N, M)
     step = lambda w, i: (w + m.take_minibatch(x, order, i, m.minibatch_layout(T, M)[1]).sum(0), None)
     return jax.lax.scan(step, w, mb_order)[0]
+def trajectories(w, x, key):
+    order = m.trajectory_order(key, N, M)
+    step = lambda w, i: (w + m.take_trajectories(x, order, i).sum(0), None)
+    return jax.lax.scan(step, w, jnp.arange(M))[0]
 def flat(w, x, key):
     perm = jax.random.permutation(key, T * N).reshape(M, -1)
     return jax.lax.scan(lambda w, idx: (w + x.reshape(T * N, F)[idx].sum(0), None), w, perm)[0]
-for f in (local, flat):
+for f in (local, trajectories, flat):
     args = (jax.ShapeDtypeStruct((F,), jnp.float32, sharding=NamedSharding(mesh, P())),
             jax.ShapeDtypeStruct((T, N, F), jnp.float32, sharding=NamedSharding(mesh, P(None, "envs"))),
             jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=NamedSharding(mesh, P())))
@@ -261,9 +300,10 @@ for f in (local, flat):
     env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=2")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    (devices, local), (_, flat) = [map(int, line.split()) for line in out.stdout.splitlines()[-2:]]
+    (devices, local), (_, trajectories), (_, flat) = [map(int, line.split()) for line in out.stdout.splitlines()[-3:]]
     batch_bytes = 64 * 1024 * 256 * 4
     assert devices == 2 and local < batch_bytes / 8 and flat > batch_bytes, (local, flat, batch_bytes)
+    assert trajectories < batch_bytes / 8, (trajectories, batch_bytes)
 
 
 def test_a_minibatch_gathers_only_its_own_env_group():
@@ -528,7 +568,10 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and hint in err[0] and "--resume" in err[0], err
     ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": older_sig}))
-    assert m.load_checkpoint(str(ckpt), m.SCRIPT, random_sig, implied=m.SIGNATURE_IMPLIED)["iteration"] == 1
+    as_before = m.signature(m.Args(no_sfl=True, minibatch_form="steps"))  # what older checkpoints trained with
+    assert m.load_checkpoint(str(ckpt), m.SCRIPT, as_before, implied=m.SIGNATURE_IMPLIED)["iteration"] == 1
+    assert run_main(["--no-sfl", "--resume", str(ckpt)]) == 2  # today's default form is not what it trained with
+    assert "--minibatch-form steps" in capsys.readouterr().err
 
 
 def test_bad_input_exit_2_in_a_fresh_process():
