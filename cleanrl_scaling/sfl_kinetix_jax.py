@@ -126,6 +126,9 @@ class Args(ScalingArgs, RunArgs):
     """the maximum norm for the gradient clipping (B26 Table 2; Kinetix's own configuration has 1.0)"""
     target_kl: Optional[float] = None
     """the target KL divergence threshold"""
+    bootstrap_time_limit: bool = False
+    """bootstrap the value of an episode cut by --episode-length from V(next observation); off (default), as Kinetix,
+    the time limit ends the episode's returns like a termination"""
 
     # PPO-EWMA (B26 §2.2, App. E.2 / Fig. 18)
     ewma_com: float = 0.0
@@ -673,9 +676,13 @@ class EntityObs(struct.PyTreeNode):
     thruster_indexes: jnp.ndarray  # [R] int: the shape each thruster is fixed to
 
 
+NO_TIME_LIMIT = 2**30  # Kinetix's own time limit, lifted: ObsEnv applies --episode-length itself
+
+
 class ObsEnv:
     """Kinetix's env with the observation the network reads (EntityObs, or the flat one), its float parts in
-    --obs-dtype."""
+    --obs-dtype; it applies the time limit itself, so that info["terminated"] says whether the episode ended by the
+    goal, a hazard or a NaN, also on the last step (where Kinetix's done cannot tell)."""
 
     def __init__(self, env, entity: bool, dtype):
         self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
@@ -687,8 +694,10 @@ class ObsEnv:
         return self.compact(self.env.get_obs(state))
 
     def step_env(self, rng, state, action, params):
-        obs, state, reward, done, info = self.env.step_env(rng, state, action, params)
-        return self.compact(obs), state, reward, done, info
+        obs, state, reward, terminated, info = self.env.step_env(rng, state, action,
+                                                                 params.replace(max_timesteps=NO_TIME_LIMIT))
+        done = terminated | (state.timestep >= params.max_timesteps)
+        return self.compact(obs), state, reward, done, {**info, "terminated": terminated}
 
     def compact(self, obs):
         if self.entity:
@@ -1094,8 +1103,8 @@ class Transition(NamedTuple):
     value: jnp.ndarray
     reward: jnp.ndarray
     done: jnp.ndarray  # the episode ended after this step
-    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN: no bootstrap (a time limit bootstraps)
-    next_value: jnp.ndarray  # V(true next observation), used only when the episode was truncated
+    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN (also on the last step): never bootstrapped
+    next_value: jnp.ndarray  # V(true next observation): bootstraps a time-limit cut with --bootstrap-time-limit
 
 
 class Episodes(NamedTuple):
@@ -1137,6 +1146,7 @@ class Setup(NamedTuple):
     update_epochs: int
     gamma: float
     gae_lambda: float
+    bootstrap_time_limit: bool
     clip_vloss: bool
     norm_adv: bool
     use_ewma: bool  # --ewma-com > 0: B26 eq. 4 with theta_prox; else plain PPO
@@ -1175,7 +1185,7 @@ def env_step(setup: Setup, envs: EnvBatch, action):
     obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
         None, envs.state, action, setup.env_params)
     solved = done & info["GoalR"]
-    terminated = done & ((state.timestep < setup.max_timesteps) | solved)
+    terminated = done & info["terminated"]
     ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
     new_envs = envs.replace(state=tree_select(done, envs.level, state), obs=tree_select(done, envs.level_obs, obs),
                             ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
@@ -1187,7 +1197,10 @@ def rollout_step(setup: Setup, params, envs: EnvBatch, key):
     logits, value, _, _ = setup.network.apply(params, envs.obs)
     action = jax.random.categorical(key, logits)
     new_envs, true_next_obs, reward, done, terminated, episodes = env_step(setup, envs, action)
-    _, next_value, _, _ = setup.network.apply(params, true_next_obs)  # bootstraps a time-limit truncation
+    if setup.bootstrap_time_limit:  # a second forward pass per step, only when a truncation is bootstrapped
+        _, next_value, _, _ = setup.network.apply(params, true_next_obs)
+    else:
+        next_value = jnp.zeros_like(value)
     transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
                             done=done, terminated=terminated, next_value=next_value)
     return new_envs, (transition, episodes)
@@ -1201,18 +1214,20 @@ def collect_rollout(setup: Setup, params, envs: EnvBatch, key):
 # ---------------------------------------------------------------------------------------------------------
 # Advantages
 # ---------------------------------------------------------------------------------------------------------
-def gae_step(gamma: float, lam: float, carry, t: Transition):
-    """GAE (Schulman et al. 2016) backwards in time; a truncated episode bootstraps from V(true next obs)."""
+def gae_step(gamma: float, lam: float, bootstrap_time_limit: bool, carry, t: Transition):
+    """GAE (Schulman et al. 2016) backwards in time. An ended episode adds nothing after its last step (Kinetix's
+    GAE); with bootstrap_time_limit an episode cut by the time limit bootstraps from V(true next obs) instead."""
     next_adv, next_value = carry
-    v_next = jnp.where(t.done, jnp.where(t.terminated, 0.0, t.next_value), next_value)
+    cut = t.done & ~t.terminated if bootstrap_time_limit else jnp.zeros_like(t.done)
+    v_next = jnp.where(t.done, jnp.where(cut, t.next_value, 0.0), next_value)
     delta = t.reward + gamma * v_next - t.value
     adv = delta + gamma * lam * (1.0 - t.done) * next_adv
     return (adv, t.value), adv
 
 
-def compute_gae(traj: Transition, last_value, gamma: float, lam: float):
-    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam), (jnp.zeros_like(last_value), last_value),
-                                 traj, reverse=True)
+def compute_gae(traj: Transition, last_value, gamma: float, lam: float, bootstrap_time_limit: bool = True):
+    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam, bootstrap_time_limit),
+                                 (jnp.zeros_like(last_value), last_value), traj, reverse=True)
     return advantages, advantages + traj.value
 
 
@@ -1388,7 +1403,7 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
     envs = start_envs(setup, assign_levels(key_levels, runner.buffer.levels, fresh, setup.num_from_buffer))
     envs, (traj, episodes) = collect_rollout(setup, params, envs, key_rollout)
     _, last_value, _, _ = setup.network.apply(params, envs.obs)
-    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda)
+    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda, setup.bootstrap_time_limit)
     batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
     probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
     carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
@@ -1647,14 +1662,15 @@ def signature(args) -> dict:
             "attention_size": args.attention_size, "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
             "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
-            "minibatch_form": args.minibatch_form}
+            "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
 
 
 # signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
 # one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
 # before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
-# one written before --minibatch-form took minibatches of steps
-SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps"}
+# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
+                     "bootstrap_time_limit": True}
 
 
 def apply_scaling(args, scaling: dict) -> None:
@@ -1698,6 +1714,7 @@ class BuildConfig(NamedTuple):
     update_epochs: int
     gamma: float
     gae_lambda: float
+    bootstrap_time_limit: bool
     clip_vloss: bool
     norm_adv: bool
     use_ewma: bool
@@ -1723,7 +1740,8 @@ def build_config(args) -> BuildConfig:
         num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
         num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
         num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form, batch_size=args.batch_size, update_epochs=args.update_epochs,
-        gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
+        gamma=args.gamma, gae_lambda=args.gae_lambda,
+        bootstrap_time_limit=args.bootstrap_time_limit, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
         target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
         learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
@@ -1760,8 +1778,8 @@ def build(cfg: BuildConfig, buffer_size: int):
     mesh = env_mesh()
     setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
                   num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_minibatches=cfg.num_minibatches,
-                  minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
-                  clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
+                  minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
+                  gae_lambda=cfg.gae_lambda, bootstrap_time_limit=cfg.bootstrap_time_limit, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
                   imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
                   probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),
                   max_timesteps=int(env_params.max_timesteps), num_from_buffer=cfg.num_from_buffer,

@@ -170,7 +170,8 @@ class FakeEnv:
         goal = ((state.kind == 0) & (t == 4)) | ((state.kind == 1) & (t == 3))
         done = fail | goal | (t >= 5)
         new = FakeState(timestep=t, kind=state.kind)
-        return self.get_obs(new), new, jnp.where(goal, 1.0, jnp.where(fail, -1.0, 0.0)), done, {"GoalR": goal}
+        return (self.get_obs(new), new, jnp.where(goal, 1.0, jnp.where(fail, -1.0, 0.0)), done,
+                {"GoalR": goal, "terminated": fail | goal})
 
     def get_obs(self, state):
         return jnp.stack([state.timestep, state.kind]).astype(jnp.float32)
@@ -182,7 +183,8 @@ def fake_setup(rollout_length):
     params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
     setup = m.Setup(env=FakeEnv(), env_params=None, network=network, optimizer=None,
                     mesh=jax.sharding.Mesh(np.array(jax.devices()[:1]), ("envs",)), num_envs=3, num_steps=1,
-                    num_minibatches=1, minibatch_form="trajectories", update_epochs=1, gamma=0.99, gae_lambda=0.95, clip_vloss=True, norm_adv=True,
+                    num_minibatches=1, minibatch_form="trajectories", update_epochs=1, gamma=0.99, gae_lambda=0.95,
+                    bootstrap_time_limit=False, clip_vloss=True, norm_adv=True,
                     use_ewma=False, imp_samp_max=0.0, target_kl=None, probe_index=np.arange(1), max_timesteps=5,
                     num_from_buffer=0, rollout_length=rollout_length)
     levels = FakeState(timestep=jnp.zeros(3, jnp.int32), kind=jnp.arange(3))
@@ -205,6 +207,67 @@ def test_scoring_rollout_counts_completed_episodes_on_the_same_level():
     np.testing.assert_allclose(p, [0.0, 1.0, 0.0])
     setup, params, levels = fake_setup(4)  # kind 2 completes no episode in 4 steps: p = 0 by definition
     np.testing.assert_allclose(m.score_levels(setup, params, levels, jax.random.PRNGKey(2)), [0.0, 1.0, 0.0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Time limits: Kinetix does not bootstrap at the time limit; a terminal on the last step is a termination
+# ---------------------------------------------------------------------------------------------------------
+def test_gae_at_the_time_limit_by_hand():
+    """gamma 0.5, lambda 1, T = 3, rewards 1 2 3, values 10 20 30, V(after) = 50. Env 0 is cut by the time limit
+    after step 1 (V(true next obs) = 40), env 1 terminates there (a hazard on its last step)."""
+    done = jnp.array([[False, False], [True, True], [False, False]])
+    fields = dict(obs=jnp.zeros((3, 2, 1)), action=jnp.zeros((3, 2), jnp.int32), logp=jnp.zeros((3, 2)),
+                  value=jnp.array([[10.0, 10.0], [20.0, 20.0], [30.0, 30.0]]),
+                  reward=jnp.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]), done=done,
+                  terminated=jnp.array([[False, False], [False, True], [False, False]]),
+                  next_value=jnp.full((3, 2), 40.0))
+    traj, last = m.Transition(**fields), jnp.array([50.0, 50.0])
+    # step 2: 3 + 0.5 x 50 - 30 = -2. Kinetix: step 1 ends the returns, 2 - 20 = -18; step 0: 1 + 0.5 x 20 - 10 = 1,
+    # plus 0.5 x -18 = -8
+    adv, ret = m.compute_gae(traj, last, 0.5, 1.0, bootstrap_time_limit=False)
+    np.testing.assert_allclose(adv, [[-8.0, -8.0], [-18.0, -18.0], [-2.0, -2.0]])
+    np.testing.assert_allclose(ret, adv + fields["value"])
+    # --bootstrap-time-limit: env 0's step 1 is 2 + 0.5 x 40 - 20 = 2 and step 0 is 1 + 0.5 x 2 = 2; env 1 unchanged
+    adv, _ = m.compute_gae(traj, last, 0.5, 1.0, bootstrap_time_limit=True)
+    np.testing.assert_allclose(adv, [[2.0, -8.0], [2.0, -18.0], [-2.0, -2.0]])
+    assert m.Args().bootstrap_time_limit is False
+
+
+@struct.dataclass
+class TimedState:
+    timestep: jnp.ndarray
+    kind: jnp.ndarray
+
+
+class KinetixLikeEnv:
+    """Kinetix's step contract: done also when the step count reaches params.max_timesteps. Kind 1 hits a hazard and
+    kind 2 the goal on step 3, kind 3 a hazard on step 2, kind 0 nothing."""
+    physics_engine = None
+
+    def step_env(self, rng, state, action, params):
+        t = state.timestep + 1
+        hazard = ((state.kind == 1) & (t == 3)) | ((state.kind == 3) & (t == 2))
+        goal = (state.kind == 2) & (t == 3)
+        done = hazard | goal | (t >= params.max_timesteps)
+        new = TimedState(timestep=t, kind=state.kind)
+        return self.get_obs(new), new, jnp.where(goal, 1.0, jnp.where(hazard, -1.0, 0.0)), done, {"GoalR": goal}
+
+    def get_obs(self, state):
+        return jnp.stack([state.timestep, state.kind]).astype(jnp.float32)
+
+
+def test_a_terminal_on_the_last_step_is_a_termination():
+    from kinetix.environment.env_state import EnvParams
+    env = m.ObsEnv(KinetixLikeEnv(), False, jnp.dtype("float32"))
+    setup = fake_setup(0)[0]._replace(env=env, env_params=EnvParams().replace(max_timesteps=3), num_envs=4)
+    envs = m.start_envs(setup, TimedState(timestep=jnp.zeros(4, jnp.int32), kind=jnp.arange(4)))
+    seen = []
+    for _ in range(3):
+        envs, _, _, done, terminated, _ = m.env_step(setup, envs, jnp.zeros((4, 1), jnp.int32))
+        seen.append((np.asarray(done).tolist(), np.asarray(terminated).tolist()))
+    assert seen[1] == ([False, False, False, True], [False, False, False, True])  # kind 3: a hazard before the limit
+    # step 3 = the time limit: kind 0 is cut (truncated); the hazard and the goal reached on it are terminations
+    assert seen[2] == ([True, True, True, False], [False, True, True, False])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -568,10 +631,13 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and hint in err[0] and "--resume" in err[0], err
     ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": older_sig}))
-    as_before = m.signature(m.Args(no_sfl=True, minibatch_form="steps"))  # what older checkpoints trained with
+    # what older checkpoints trained with
+    as_before = m.signature(m.Args(no_sfl=True, minibatch_form="steps", bootstrap_time_limit=True))
     assert m.load_checkpoint(str(ckpt), m.SCRIPT, as_before, implied=m.SIGNATURE_IMPLIED)["iteration"] == 1
-    assert run_main(["--no-sfl", "--resume", str(ckpt)]) == 2  # today's default form is not what it trained with
+    assert run_main(["--no-sfl", "--resume", str(ckpt)]) == 2  # today's defaults are not what it trained with
     assert "--minibatch-form steps" in capsys.readouterr().err
+    assert run_main(["--no-sfl", "--minibatch-form", "steps", "--resume", str(ckpt)]) == 2
+    assert "--bootstrap-time-limit" in capsys.readouterr().err
 
 
 def test_bad_input_exit_2_in_a_fresh_process():
@@ -860,7 +926,7 @@ def test_ppo_math_copies_agree_with_ppo_ewma_jax2d():
                   value=jax.random.normal(k[0], (t, n)), reward=jax.random.normal(k[1], (t, n)), done=done,
                   terminated=terminated, next_value=jax.random.normal(k[2], (t, n)))
     last = jax.random.normal(k[3], (n,))
-    for ours, theirs in zip(m.compute_gae(m.Transition(**fields), last, 0.99, 0.9),
+    for ours, theirs in zip(m.compute_gae(m.Transition(**fields), last, 0.99, 0.9, bootstrap_time_limit=True),
                             ref.compute_gae(ref.Transition(**fields), last, 0.99, 0.9)):
         np.testing.assert_array_equal(ours, theirs)
     logits = jax.random.normal(k[4], (4, 2, 3))
