@@ -846,23 +846,32 @@ def noop_solves(sampler: LevelSampler, level) -> jnp.ndarray:
     return solved
 
 
-def sample_level(sampler: LevelSampler, key):
-    """One random level: `filter_ratio` candidates from Kinetix's sampler, one kept by weight 1 (0.001 when a no-op
-    solves it), as Kinetix's filter weighs them; per level, so a level depends only on its key."""
+def candidate_keys(key, ratio: int):
+    """The keys of a level's `ratio` candidates for the no-op filter (the first one is the level when not filtering)."""
+    return jax.random.split(key, ratio + 1)[1:]
+
+
+def random_level(sampler: LevelSampler, key):
+    """One level of Kinetix's random distribution, a function of its key only."""
     from kinetix.environment.ued.distributions import sample_kinetix_level
     from kinetix.environment.ued.ued_state import UEDParams
     engine = sampler.env.physics_engine  # built outside the trace (it precomputes index arrays)
-    keys = jax.random.split(key, sampler.filter_ratio + 1)
+    return sample_kinetix_level(key, engine, sampler.env_params, sampler.static_params, UEDParams())
 
-    def candidate(k):
-        return sample_kinetix_level(k, engine, sampler.env_params, sampler.static_params, UEDParams())
-    candidates = jax.vmap(candidate)(keys[1:])
-    if sampler.filter_steps == 0 or sampler.filter_ratio == 1:
-        return tree_take(candidates, 0)
-    trivial = jax.vmap(functools.partial(noop_solves, sampler))(candidates)
+
+def candidates_noop_solved(sampler: LevelSampler, key):
+    """[ratio] bools: which of the level's candidates a no-op solves."""
+    levels = jax.vmap(functools.partial(random_level, sampler))(candidate_keys(key, sampler.filter_ratio))
+    return jax.vmap(functools.partial(noop_solves, sampler))(levels)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def pick_candidates(key, trivial, count: int):
+    """Kinetix's no-op filter over a whole request: `count` of its candidates drawn without replacement, weight 1 each,
+    0.001 when a no-op solves it (Gumbel top-k = successive weighted draws); trivial [C] -> indexes [count]. A trivial
+    candidate survives only where the request has fewer than `count` others."""
     logw = jnp.where(trivial, math.log(0.001), 0.0)
-    pick = jnp.argmax(logw + jax.random.gumbel(keys[0], logw.shape))  # Gumbel-max: a draw with these weights
-    return tree_take(candidates, pick)
+    return jax.lax.top_k(logw + jax.random.gumbel(key, logw.shape), count)[1]
 
 
 def level_keys(key, start: int, count: int):
@@ -870,19 +879,38 @@ def level_keys(key, start: int, count: int):
     return jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(start, start + count, dtype=jnp.uint32))
 
 
-def sample_levels(sample_batch, level_batch: int, key, n: int):
-    """n random levels, level j from fold_in(key, j)."""
-    return levels_from_keys(sample_batch, level_batch, level_keys(key, 0, n))
+def sample_levels(programs, args, key, n: int):
+    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call)."""
+    return sample_requests(programs, args, [key], n)
 
 
-def levels_from_keys(sample_batch, level_batch: int, keys):
-    """One random level per key, in calls of `level_batch` (one compiled program for every request size; the last call
-    is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
-    levels stay there."""
+def sample_requests(programs, args, request_keys: list, n: int):
+    """n random levels per request key, concatenated. Request r's candidates are those of its level keys
+    fold_in(key, j); the no-op filter keeps n of its n x ratio candidates by Kinetix's weights (pick_candidates, key
+    split(key)[1]). Candidates are scored first and only the kept ones generated again, so a level is still a
+    function of its key and the batching (--level-batch, chunks) never changes it."""
+    ratio = args.level_filter_ratio
+    keys = jnp.concatenate([level_keys(k, 0, n) for k in request_keys])
+    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [R n, ratio, 2]
+    if args.level_filter_steps == 0 or ratio == 1:
+        chosen = candidates[:, 0]
+    else:
+        trivial = levels_from_keys(programs.noop_solved, args.level_batch, keys).reshape(len(request_keys), n * ratio)
+        pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
+        picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
+        chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
+        chosen = chosen.reshape(-1, candidates.shape[-1])
+    return levels_from_keys(programs.sample, args.level_batch, chosen)
+
+
+def levels_from_keys(program, level_batch: int, keys):
+    """program (random levels, or their candidates' no-op outcomes) on every key, in calls of `level_batch` (one
+    compiled program for every request size; the last call is padded with copies of the last key, dropped after); the
+    keys go in as a global array split over the mesh, the results stay there."""
     envs = NamedSharding(env_mesh(), P("envs"))
     n = keys.shape[0]
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
-    parts = [sample_batch(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
+    parts = [program(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
     return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
 
 
@@ -1755,6 +1783,7 @@ class Programs(NamedTuple):
     """The jitted programs of a configuration (those over the global mesh wrapped in InStep)."""
     chunk: Any  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
     sample: Any  # keys [G] -> levels [G]
+    noop_solved: Any  # keys [G] -> [G, level_filter_ratio] bools: a no-op solves the candidate
     score: Any  # (params, levels [B], key) -> p [B]
     merge: Any  # (buffer, levels [B], p [B]) -> buffer
     first_solved: Any  # (levels [E], params, key) -> [E] bools, on one device
@@ -1791,8 +1820,10 @@ def build(cfg: BuildConfig, buffer_size: int):
     eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
     programs = Programs(
         chunk=InStep("chunk", jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))),
-        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(sample_level, sampler)), in_shardings=sharded,
+        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(random_level, sampler)), in_shardings=sharded,
                                         out_shardings=sharded)),
+        noop_solved=InStep("noop_solved", jax.jit(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
+                                                  in_shardings=sharded, out_shardings=sharded)),
         score=InStep("score", jax.jit(functools.partial(score_levels, setup))),
         merge=InStep("merge", jax.jit(top_k_levels)),
         first_solved=jax.jit(functools.partial(first_episode_solved, eval_setup)),
@@ -1832,7 +1863,7 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
     buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
     replicated = NamedSharding(env_mesh(), P())
     for b in range(args.sfl_num_levels // batch):
-        levels = sample_levels(programs.sample, args.level_batch, jax.random.fold_in(key, 2 * b), batch)
+        levels = sample_levels(programs, args, jax.random.fold_in(key, 2 * b), batch)
         score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
         p = programs.score(runner.train.params, levels, score_key)
         buffer = programs.merge(buffer, levels, p)
@@ -1841,11 +1872,12 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
 
 def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: int):
     """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
-    update i's levels depend only on i, so chunking and resuming do not change them."""
+    update i's levels (one filter request, as Kinetix samples an update's levels in one call) depend only on i, so
+    chunking and resuming do not change them."""
     count = max(sfl_counts(args)[1], 1)
-    # the chunk's levels in one request: a call generates level_batch levels, however few one update needs
-    keys = jnp.concatenate([level_keys(jax.random.fold_in(fresh_key, first_iteration + i), 0, count) for i in range(n)])
-    levels = levels_from_keys(programs.sample, args.level_batch, keys)
+    # the chunk's levels in one go: a call generates level_batch levels, however few one update needs
+    requests = [jax.random.fold_in(fresh_key, first_iteration + i) for i in range(n)]
+    levels = sample_requests(programs, args, requests, count)
     pad = args.updates_per_chunk - n
 
     def per_update(x):  # [n * count, ...] -> [updates_per_chunk, F, ...]
@@ -1885,8 +1917,11 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    keys = jax.ShapeDtypeStruct((args.level_batch, 2), jnp.uint32, sharding=sharded)
     lowered = {"train_chunk": programs.chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
-               "level_sampler": programs.sample.lower(jax.ShapeDtypeStruct((args.level_batch, 2), jnp.uint32, sharding=sharded))}
+               "level_sampler": programs.sample.lower(keys)}
+    if args.level_filter_steps and args.level_filter_ratio > 1:
+        lowered["level_filter"] = programs.noop_solved.lower(keys)
     if not args.no_sfl:
         lowered["sfl_scoring"] = programs.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
     out = {}
@@ -1938,7 +1973,7 @@ def main():
     t0 = time.time()
     setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
     fresh_key, filter_key = level_streams(args.seed)
-    example = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(0), 1))  # shapes for init
+    example = fetch(levels_from_keys(programs.sample, args.level_batch, jax.random.PRNGKey(0)[None]))  # shapes
     template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
         report = estimate_memory(setup, programs, args, template, example)
@@ -1971,7 +2006,7 @@ def main():
 
     # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
     eval_device = jax.local_devices()[0]
-    eval_random = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
+    eval_random = fetch(sample_levels(programs, args, jax.random.PRNGKey(args.eval_level_seed),
                                       max(args.eval_random_levels, 1)))
     handmade = load_handmade_levels(args.env_size, static_params)
     handmade_names = handmade_level_names(args.env_size)

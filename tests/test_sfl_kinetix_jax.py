@@ -115,28 +115,83 @@ def test_buffer_and_fresh_levels_split_by_the_sample_ratio():
     assert same["src"].tolist() == [0, 0, 0, 0]
 
 
-def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
-    """A chunk's fresh levels are generated in one request (a sampler call makes level_batch levels, more than one
-    small update needs), yet level j of update u is still the level of key fold_in(fold_in(fresh_key, u), j): the same
-    for any level batch, chunk length or start, so resuming and chunking never change them."""
-    calls = []
+def fake_programs(calls):
+    """A level is a function of its key only, as Kinetix's sampler (vmapped per level); a candidate is trivial when the
+    first coordinate of its level is below 0.5."""
+    def level(k):
+        return jax.random.uniform(k, (3,))
 
-    def fake_sampler(keys):  # a level is a function of its key only, as Kinetix's sampler (vmapped per level)
+    def sample(keys):
         calls.append(keys.shape[0])
-        return {"x": jax.vmap(lambda k: jax.random.uniform(k, (3,)))(keys)}
+        return {"x": jax.vmap(level)(keys)}
 
-    fresh_key = jax.random.PRNGKey(7)
-    programs = m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": fake_sampler})
+    def noop_solved(keys):
+        cands = jax.vmap(functools.partial(m.candidate_keys, ratio=2))(keys)
+        return jax.vmap(jax.vmap(level))(cands)[..., 0] < 0.5
+    return m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample, "noop_solved": noop_solved})
+
+
+def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
+    """A chunk's fresh levels are generated together (a sampler call makes level_batch levels, more than one small
+    update needs), yet update u's levels are the filter's picks among the candidates of its own keys
+    fold_in(fold_in(fresh_key, u), j): the same for any level batch, chunk length or start, so resuming and chunking
+    never change them."""
+    calls = []
+    programs, fresh_key = fake_programs(calls), jax.random.PRNGKey(7)
     args = m.Args(num_envs=8, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=16)  # 4 fresh levels per update
     got = m.fresh_levels(programs, args, fresh_key, 10, 3)["x"]  # updates 11, 12, 13; the 4th slot repeats the 3rd
     assert got.shape == (4, 4, 3) and calls == [16]  # 12 levels in one call of 16, not three calls
     for u in range(3):
-        for j in range(4):
-            key = jax.random.fold_in(jax.random.fold_in(fresh_key, 10 + u), j)
-            np.testing.assert_array_equal(got[u, j], jax.random.uniform(key, (3,)))
+        keys = m.level_keys(jax.random.fold_in(fresh_key, 10 + u), 0, 4)
+        candidates = jax.vmap(jax.vmap(lambda k: jax.random.uniform(k, (3,))))(
+            jax.vmap(functools.partial(m.candidate_keys, ratio=2))(keys)).reshape(8, 3)
+        rows = [int(np.flatnonzero((np.asarray(candidates) == np.asarray(row)).all(1))[0]) for row in got[u]]
+        assert len(set(rows)) == 4  # four of the update's eight candidates, without replacement
+        trivial = np.asarray(candidates[:, 0] < 0.5)
+        assert sum(trivial[rows]) == max(0, 4 - sum(~trivial))  # trivial ones only where too few others (a.s.)
     np.testing.assert_array_equal(got[3], got[2])
     args.level_batch = 4  # several calls, same levels
     np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 10, 3)["x"], got)
+    np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 11, 2)["x"][:2], got[1:3])  # chunking
+    args.level_filter_steps = 0  # no filter: level j is candidate 0 of key j
+    plain = m.fresh_levels(programs, args, fresh_key, 10, 1)["x"][0]
+    first = jax.vmap(lambda k: m.candidate_keys(k, 2)[0])(m.level_keys(jax.random.fold_in(fresh_key, 10), 0, 4))
+    np.testing.assert_array_equal(plain, jax.vmap(lambda k: jax.random.uniform(k, (3,)))(first))
+
+
+def successive_sampling_trivial(trivial, count):
+    """Exact expected number of trivial picks when `count` of the candidates are drawn one by one without replacement
+    with Kinetix's probabilities (0.001 for a no-op-solved candidate, 1 otherwise, renormalised over those left)."""
+    weight = [0.001 if t else 1.0 for t in trivial]
+
+    @functools.lru_cache(maxsize=None)
+    def expected(left: frozenset, k: int) -> float:
+        if k == 0:
+            return 0.0
+        total = sum(weight[i] for i in left)
+        return sum(weight[i] / total * (trivial[i] + expected(left - {i}, k - 1)) for i in left)
+    return expected(frozenset(range(len(trivial))), count)
+
+
+def test_noop_filter_keeps_trivial_levels_at_kinetix_rate():
+    """Kinetix draws a request's n levels from its 2n candidates together, without replacement; a per-level filter
+    (one of each level's two) keeps more trivial levels. Here 4 levels, candidates (level-major) trivial except both
+    of level 0: Kinetix keeps the 2 non-trivial ones and 2 trivial ones (share ~0.5); per level it would be ~0.75."""
+    trivial = [False, False, True, True, True, True, True, True]
+    expected = successive_sampling_trivial(trivial, 4) / 4
+    assert 0.5 < expected < 0.501
+    keys = jax.random.split(jax.random.PRNGKey(0), 4000)
+    picks = np.asarray(jax.vmap(m.pick_candidates, (0, None, None))(keys, jnp.array(trivial), 4))
+    assert all(len(set(row)) == 4 for row in picks[:200])  # without replacement
+    share = np.asarray(trivial)[picks].mean()
+    np.testing.assert_allclose(share, expected, atol=0.005)
+    # a mixed request, where chance matters: 3 of 6 candidates trivial, 3 drawn
+    trivial = [True, False, True, False, True, False]
+    picks = np.asarray(jax.vmap(m.pick_candidates, (0, None, None))(keys, jnp.array(trivial), 3))
+    np.testing.assert_allclose(np.asarray(trivial)[picks].mean(), successive_sampling_trivial(trivial, 3) / 3, atol=0.005)
+    trivial = [True, True, True, False, True, True]  # 5 trivial of 6: one non-trivial and two trivial survive
+    picks = np.asarray(jax.vmap(m.pick_candidates, (0, None, None))(keys, jnp.array(trivial), 3))
+    np.testing.assert_allclose(np.asarray(trivial)[picks].mean(), successive_sampling_trivial(trivial, 3) / 3, atol=0.01)
 
 
 def test_train_levels_give_env_i_listed_level_i_mod_their_count():
@@ -895,7 +950,7 @@ def test_sigterm_to_one_process_stops_both_with_a_checkpoint(tmp_path):
 def test_estimate_memory_compiles_without_training(tmp_path, capsys):
     assert run_main(tiny(2) + ["--estimate-memory", "--runs-dir", str(tmp_path / "never")]) in (0, None)
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(report["estimate_memory"]) == {"train_chunk", "level_sampler", "sfl_scoring"}
+    assert set(report["estimate_memory"]) == {"train_chunk", "level_sampler", "level_filter", "sfl_scoring"}
     assert all(v["total_bytes"] > 0 for v in report["estimate_memory"].values())
     assert not (tmp_path / "never").exists() or not os.listdir(tmp_path / "never")
 
