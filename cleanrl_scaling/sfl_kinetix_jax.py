@@ -1142,6 +1142,49 @@ class Episodes(NamedTuple):
     solved: jnp.ndarray  # the episode ended touching the goal
 
 
+EPISODE_ROWS = 1024  # per-episode log rows per iteration; beyond, one row of aggregates (logging O(1) in N)
+
+
+class EpisodeStats(NamedTuple):
+    """One update's finished episodes, reduced on the device: counts, sums, extremes, and the first EPISODE_ROWS
+    episodes in time-major order (what the host logs one by one when there are no more)."""
+    count: jnp.ndarray
+    solved: jnp.ndarray
+    return_sum: jnp.ndarray
+    return_min: jnp.ndarray
+    return_max: jnp.ndarray
+    length_sum: jnp.ndarray
+    length_min: jnp.ndarray
+    length_max: jnp.ndarray
+    first_return: jnp.ndarray  # [min(EPISODE_ROWS, T N)]
+    first_length: jnp.ndarray
+
+
+def episode_stats(episodes: Episodes) -> EpisodeStats:
+    done = episodes.done.ravel()
+    ret, length = episodes.ep_return.ravel(), episodes.ep_length.ravel()
+    first = jnp.nonzero(done, size=min(EPISODE_ROWS, done.shape[0]), fill_value=0)[0]
+    lo, hi = jnp.finfo(jnp.float32).max, jnp.iinfo(jnp.int32).max
+    return EpisodeStats(count=done.sum(), solved=(done & episodes.solved.ravel()).sum(),
+                        return_sum=jnp.where(done, ret, 0.0).sum(), return_min=jnp.where(done, ret, lo).min(),
+                        return_max=jnp.where(done, ret, -lo).max(), length_sum=jnp.where(done, length, 0).sum(),
+                        length_min=jnp.where(done, length, hi).min(), length_max=jnp.where(done, length, -hi).max(),
+                        first_return=ret[first], first_length=length[first])
+
+
+def episode_rows(stats: EpisodeStats, i: int) -> list:
+    """Update i's episode log rows (SPEC §4): one per finished episode up to EPISODE_ROWS, else one row of the mean
+    with _count, _min and _max."""
+    count = int(stats.count[i])
+    if count <= EPISODE_ROWS:
+        return [{"charts/episodic_return": r, "charts/episodic_length": n}
+                for r, n in zip(stats.first_return[i][:count], stats.first_length[i][:count])]
+    return [{"charts/episodic_return": stats.return_sum[i] / count, "charts/episodic_return_count": count,
+             "charts/episodic_return_min": stats.return_min[i], "charts/episodic_return_max": stats.return_max[i],
+             "charts/episodic_length": stats.length_sum[i] / count, "charts/episodic_length_min": stats.length_min[i],
+             "charts/episodic_length_max": stats.length_max[i]}]
+
+
 class Probe(struct.PyTreeNode):
     """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
     params_before: Any
@@ -1447,15 +1490,17 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
 def train_chunk(setup: Setup, max_updates: int, hyper: Hyper, fresh, runner: RunnerState, probe: Probe,
                 num_updates, probe_at):
     """Run num_updates (<= max_updates, dynamic: one compiled program for every chunk length) updates, update i on
-    the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe."""
+    the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe. Episodes come
+    back reduced (EpisodeStats per update), so what the host reads does not grow with N."""
     stats_buf = jnp.full((max_updates, 8), jnp.nan)
-    shape = (max_updates, setup.num_steps, setup.num_envs)
-    episodes_buf = Episodes(jnp.zeros(shape, bool), jnp.zeros(shape), jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool))
+    empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((setup.num_steps, setup.num_envs), d)
+                                                     for d in (bool, jnp.float32, jnp.int32, bool))))
+    episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
 
     def body(i, carry):
         runner, probe, stats_buf, episodes_buf = carry
         runner, probe, stats, episodes = update_iteration(setup, hyper, tree_take(fresh, i), runner, probe, i == probe_at)
-        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episodes)
+        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episode_stats(episodes))
         return runner, probe, stats_buf.at[i].set(stats), episodes_buf
 
     return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
@@ -2102,16 +2147,13 @@ def main():
         for i in range(n if bad is None else bad):
             it = iteration + i + 1
             step = it * args.batch_size
-            ended = np.flatnonzero(episodes.done[i].ravel())
-            rets, lens, solved = (episodes.ep_return[i].ravel()[ended], episodes.ep_length[i].ravel()[ended],
-                                  episodes.solved[i].ravel()[ended])
-            for ret, length in zip(rets, lens):
-                log(step, it, {"charts/episodic_return": ret, "charts/episodic_length": length})
+            for row in episode_rows(episodes, i):
+                log(step, it, row)
             lr = scaling["learning_rate"] * (1.0 - (it - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
             scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
             scalars.update({name: stats[i, j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
-            if len(ended):
-                scalars["charts/train_solve_rate"] = float(np.mean(solved))
+            if episodes.count[i]:
+                scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
             if diag_at == it:
                 diag, seq, ref = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
                 scalars.update(diag)

@@ -265,6 +265,45 @@ def test_scoring_rollout_counts_completed_episodes_on_the_same_level():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Episode logging: one row per episode up to 1,024 per iteration, aggregates beyond (SPEC §4)
+# ---------------------------------------------------------------------------------------------------------
+def chunk_of(*updates):
+    """EpisodeStats of several updates stacked as the chunk returns them, fetched to numpy."""
+    return jax.device_get(jax.tree.map(lambda *x: jnp.stack(x), *[m.episode_stats(e) for e in updates]))
+
+
+def test_few_episodes_are_logged_one_row_each_in_time_order():
+    done = jnp.array([[False, True, False], [True, False, True]])  # T = 2 steps x N = 3 envs
+    ret = jnp.array([[0.5, 2.0, 0.0], [1.5, 9.0, -1.0]])
+    length = jnp.array([[4, 7, 1], [5, 9, 2]])
+    solved = jnp.array([[False, True, False], [False, False, False]])
+    stats = chunk_of(m.Episodes(done, ret, length, solved), m.Episodes(done & False, ret, length, solved))
+    rows = m.episode_rows(stats, 0)
+    assert [(float(r["charts/episodic_return"]), int(r["charts/episodic_length"])) for r in rows] == \
+        [(2.0, 7), (1.5, 5), (-1.0, 2)]  # step 0 env 1, then step 1 envs 0 and 2
+    assert (int(stats.count[0]), int(stats.solved[0])) == (3, 1)
+    assert m.episode_rows(stats, 1) == [] and int(stats.count[1]) == 0
+
+
+def test_many_episodes_are_logged_as_one_row_of_aggregates():
+    """1,200 finished episodes in an update (more than 1,024): one row, mean and _count, _min, _max, by hand."""
+    T, N = 2, 600
+    done = jnp.ones((T, N), bool).at[0, 0].set(False)  # 1,199 episodes
+    ret = jnp.arange(T * N, dtype=jnp.float32).reshape(T, N).at[0, 0].set(-1e6)  # the unfinished one is ignored
+    length = jnp.full((T, N), 3, jnp.int32).at[1, 5].set(8)
+    stats = chunk_of(m.Episodes(done, ret, length, done & (ret > 1000)))
+    (row,) = m.episode_rows(stats, 0)
+    values = np.arange(1, T * N)
+    assert row["charts/episodic_return_count"] == 1199
+    np.testing.assert_allclose(float(row["charts/episodic_return"]), values.mean(), rtol=1e-6)
+    assert (float(row["charts/episodic_return_min"]), float(row["charts/episodic_return_max"])) == (1.0, 1199.0)
+    np.testing.assert_allclose(float(row["charts/episodic_length"]), (3 * 1198 + 8) / 1199, rtol=1e-6)
+    assert (int(row["charts/episodic_length_min"]), int(row["charts/episodic_length_max"])) == (3, 8)
+    assert int(stats.solved[0]) == 199  # returns 1001 ... 1199
+    assert stats.first_return.shape == (1, m.EPISODE_ROWS)  # what the host reads is bounded, whatever N
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Time limits: Kinetix does not bootstrap at the time limit; a terminal on the last step is a termination
 # ---------------------------------------------------------------------------------------------------------
 def test_gae_at_the_time_limit_by_hand():
