@@ -1185,11 +1185,19 @@ def episode_rows(stats: EpisodeStats, i: int) -> list:
              "charts/episodic_length_max": stats.length_max[i]}]
 
 
+KL_REF_POINTS = 64  # policies kept per probed update for ref KL(pi_J || pi_j): the probe's size does not grow with J
+
+
 class Probe(struct.PyTreeNode):
-    """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
+    """What the diagnostics need from one update, filled only when that update is probed (lax.cond); every leaf is
+    empty when diagnostics are off. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
+    KL(pi_j || pi_j-1) is accumulated step by step and only KL_REF_POINTS policies are kept for the ref profile."""
     params_before: Any
     first_grad: jnp.ndarray  # flat first-minibatch gradient
-    logits: jnp.ndarray  # [J+1, S, D, A]: pi_0 (behavior) ... pi_J on the fixed state set S
+    start_logits: jnp.ndarray  # [S, D, A]: pi_0 (behavior) on the fixed state set S
+    last_logits: jnp.ndarray  # [S, D, A]: the latest policy (pi_J at the end)
+    kept_logits: jnp.ndarray  # [P, S, D, A]: pi_j at the steps j of ref_steps(J)
+    seq_kl: jnp.ndarray  # [J]: mean over S of KL(pi_j+1 || pi_j), float32
     obs: Any  # [S, ...]
     actions: jnp.ndarray  # [S, D]
     steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
@@ -1379,8 +1387,10 @@ def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb:
     updates, opt_state = setup.optimizer.update(grads, train.opt_state, train.params)
     params = optax.apply_updates(train.params, updates)
     new_train = TrainState(params=params, opt_state=opt_state, prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
-    probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
-                         carry.probe, carry.steps, grads, params)
+    probe = carry.probe
+    if setup.probe_index.size:  # diagnostics on: a side branch that reads, never writes, the training values
+        probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
+                             carry.probe, carry.steps, grads, params)
     new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
                       steps=carry.steps + 1, stopped=carry.stopped)
     return new, stats
@@ -1476,7 +1486,8 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
     _, last_value, _, _ = setup.network.apply(params, envs.obs)
     advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda, setup.bootstrap_time_limit)
     batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
-    probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
+    if setup.probe_index.size:
+        probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
     carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
                         stopped=jnp.zeros((), bool))
     keys = jax.random.split(key_update, setup.update_epochs)
@@ -1534,12 +1545,31 @@ def score_levels(setup: Setup, params, levels, key):
 # ---------------------------------------------------------------------------------------------------------
 # Diagnostics (SPEC §5): recorded inside the update behind lax.cond, read-only, no training RNG draws
 # ---------------------------------------------------------------------------------------------------------
+def ref_steps(num_steps: int) -> np.ndarray:
+    """The steps j whose policy is kept for ref KL(pi_J || pi_j): all J when J <= KL_REF_POINTS, else evenly spaced."""
+    if num_steps <= KL_REF_POINTS:
+        return np.arange(num_steps)
+    return np.unique(np.linspace(0, num_steps - 1, KL_REF_POINTS).round().astype(np.int64))
+
+
+def ref_slots(num_steps: int) -> np.ndarray:
+    """[J + 1]: where step j's policy goes in Probe.kept_logits, -1 if it is not kept."""
+    slots = np.full(num_steps + 1, -1, np.int32)
+    kept = ref_steps(num_steps)
+    slots[kept] = np.arange(len(kept))
+    return slots
+
+
 def empty_probe(setup: Setup, params, obs_example, num_diag: int) -> Probe:
+    if num_diag == 0:  # diagnostics off: nothing allocated (and nothing copied to the devices)
+        return Probe(*(jnp.zeros((0,)) for _ in dataclasses.fields(Probe)))
     d, a = setup.network.action_mask.shape
-    num_policies = setup.update_epochs * setup.num_minibatches + 1
+    num_steps = setup.update_epochs * setup.num_minibatches
     flat, _ = ravel_pytree(params)
+    logits = jnp.zeros((num_diag, d, a))
     return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
-                 logits=jnp.zeros((num_policies, num_diag, d, a)),
+                 start_logits=logits, last_logits=logits,
+                 kept_logits=jnp.zeros((len(ref_steps(num_steps)), num_diag, d, a)), seq_kl=jnp.zeros(num_steps),
                  obs=jax.tree.map(lambda x: jnp.zeros((num_diag,) + x.shape[1:], x.dtype), obs_example),
                  actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
 
@@ -1548,31 +1578,34 @@ def start_probe(setup: Setup, probe: Probe, params, batch: Batch) -> Probe:
     t, n = np.divmod(setup.probe_index, setup.num_envs)  # flat index t x N + n of the [T, N] batch
     obs, actions = jax.tree.map(lambda x: x[t, n], batch.obs), batch.action[t, n]
     logits, _, _, _ = setup.network.apply(params, obs)
-    return probe.replace(params_before=params, obs=obs, actions=actions, logits=probe.logits.at[0].set(logits),
+    return probe.replace(params_before=params, obs=obs, actions=actions, start_logits=logits, last_logits=logits,
+                         kept_logits=probe.kept_logits.at[0].set(logits), seq_kl=jnp.zeros_like(probe.seq_kl),
                          steps=jnp.zeros((), jnp.int32))
+
+
+def mean_policy_kl(logits_p, logits_q):
+    """Mean over states of KL(p || q) summed over action dimensions; the log-ratio is formed from logit differences
+    first (float32, on the device)."""
+    logp = jax.nn.log_softmax(logits_p, axis=-1)
+    log_ratio = (logits_p - logits_q) - (jax.nn.logsumexp(logits_p, -1, keepdims=True)
+                                         - jax.nn.logsumexp(logits_q, -1, keepdims=True))
+    return (jnp.exp(logp) * log_ratio).sum((-2, -1)).mean()
 
 
 def record_probe_step(setup: Setup, probe: Probe, step, grads, params) -> Probe:
     first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
     logits, _, _, _ = setup.network.apply(params, probe.obs)
-    return probe.replace(first_grad=first_grad, logits=probe.logits.at[step + 1].set(logits), steps=step + 1)
+    slot = jnp.asarray(ref_slots(probe.seq_kl.shape[0]))[step + 1]
+    at = jnp.maximum(slot, 0)
+    kept = probe.kept_logits.at[at].set(jnp.where(slot >= 0, logits, probe.kept_logits[at]))
+    return probe.replace(first_grad=first_grad, last_logits=logits, kept_logits=kept,
+                         seq_kl=probe.seq_kl.at[step].set(mean_policy_kl(logits, probe.last_logits)), steps=step + 1)
 
 
 def log_softmax64(logits: np.ndarray) -> np.ndarray:
     x = logits.astype(np.float64)
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-class PolicyKL:
-    """kl_between(i, j) = per-state KL(pi_i || pi_j), summed over the action dimensions (for kl_profile)."""
-
-    def __init__(self, logps):
-        self.logps = logps
-        self.num_policies = len(logps)
-
-    def __call__(self, i, j):
-        return categorical_kl(self.logps[i], self.logps[j]).sum(-1)
 
 
 def flat_params(params) -> np.ndarray:
@@ -1583,11 +1616,12 @@ def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_siz
     probe, train = fetch((probe, train))  # on every process (a collective); the rest is host math
     mask = np.asarray(setup.network.action_mask)
     steps = int(probe.steps)
-    logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
-    kl = PolicyKL(logps)
-    seq, ref = kl_profile(kl)
-    kl_behavior = float(np.mean(kl(0, steps)))
-    after, behavior = logps[-1], logps[0]
+    after, behavior = log_softmax64(probe.last_logits), log_softmax64(probe.start_logits)
+    seq = [float(x) for x in probe.seq_kl[:steps]]
+    kept = [j for j in ref_steps(len(probe.seq_kl)) if j < steps]  # --target-kl may have stopped early
+    ref = [float(np.mean(categorical_kl(after, log_softmax64(probe.kept_logits[slot])).sum(-1)))
+           for slot, _ in enumerate(kept)]
+    kl_behavior = float(np.mean(categorical_kl(behavior, after).sum(-1)))
     taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
     apply = jax.jit(setup.network.apply)
     prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
@@ -1616,7 +1650,7 @@ def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_siz
         out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
         out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
         out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-    return out, seq, ref
+    return out, seq, ref, [int(j) for j in kept]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1816,7 +1850,8 @@ def build_config(args) -> BuildConfig:
         gamma=args.gamma, gae_lambda=args.gae_lambda,
         bootstrap_time_limit=args.bootstrap_time_limit, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
-        target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
+        target_kl=args.target_kl,
+        diagnostics_states=args.diagnostics_states if args.diagnostics_every else 0, updates_per_chunk=args.updates_per_chunk,
         learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
         anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
         num_from_buffer=sfl_counts(args)[0], rollout_length=args.sfl_rollout_length,
@@ -1855,7 +1890,7 @@ def build(cfg: BuildConfig, buffer_size: int):
                   minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
                   gae_lambda=cfg.gae_lambda, bootstrap_time_limit=cfg.bootstrap_time_limit, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
                   imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
-                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),
+                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),  # empty: diagnostics off
                   max_timesteps=int(env_params.max_timesteps), num_from_buffer=cfg.num_from_buffer,
                   rollout_length=cfg.rollout_length)
     sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
@@ -2155,10 +2190,11 @@ def main():
             if episodes.count[i]:
                 scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
             if diag_at == it:
-                diag, seq, ref = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
+                diag, seq, ref, ref_at = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
                 scalars.update(diag)
                 if args.kl_profile and logger:
-                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref})
+                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref,
+                                        "ref_steps": ref_at})
             log(step, it, scalars)
         if bad is not None:
             print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "

@@ -304,6 +304,61 @@ def test_many_episodes_are_logged_as_one_row_of_aggregates():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Diagnostics buffer: nothing when off; bounded in the number of minibatch steps when on
+# ---------------------------------------------------------------------------------------------------------
+def probe_bytes(probe):
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(probe))
+
+
+def test_diagnostics_off_allocate_no_probe():
+    args = m.Args(diagnostics_every=0)
+    m.apply_scaling(args, m.validate(args, ["--diagnostics-every", "0"]))
+    assert m.build_config(args).diagnostics_states == 0
+    setup, params, _ = fake_setup(0)
+    assert probe_bytes(m.empty_probe(setup, params, jnp.zeros((1, 2)), 0)) == 0
+
+
+def test_probe_size_does_not_grow_with_minibatch_steps():
+    """65k/1M presets: 8 epochs x 1,024 minibatches = 8,192 steps; the probe kept every policy (2.4 GB per device);
+    now the same size at 16 or 8,192 steps but for the J floats of the seq-KL profile."""
+    setup, params, _ = fake_setup(0)
+    sizes = []
+    for epochs, minibatches in ((2, 8), (8, 16), (8, 1024)):
+        one = setup._replace(update_epochs=epochs, num_minibatches=minibatches)
+        probe = jax.eval_shape(lambda: m.empty_probe(one, params, jnp.zeros((1, 2)), 512))
+        sizes.append(probe_bytes(probe) - probe.seq_kl.size * 4)
+    assert sizes[0] < sizes[1] == sizes[2]  # up to KL_REF_POINTS steps every policy is kept, then a fixed number
+
+
+def test_probe_profiles_match_every_policy_kept():
+    """J = 70 minibatch steps (more than KL_REF_POINTS): seq KL accumulated step by step on the device equals the
+    float64 KL of consecutive policies; the kept policies are those of ref_steps(J), evenly spaced, the first and
+    the last step among them."""
+    setup, params, _ = fake_setup(0)
+    J, S = 70, 6
+    setup = setup._replace(update_epochs=1, num_minibatches=J, num_envs=S, probe_index=np.arange(S))
+    keys = jax.random.split(jax.random.PRNGKey(5), J + 2)
+    obs = jax.random.normal(keys[0], (1, S, 2))
+    batch = m.Batch(obs=obs, action=jnp.zeros((1, S, 1), jnp.int32), logp=None, advantages=None, returns=None,
+                    value=None)
+    policies = [jax.tree.map(lambda p, k=k: p + 0.3 * jax.random.normal(k, p.shape), params) for k in keys[1:]]
+    probe = m.start_probe(setup, m.empty_probe(setup, params, obs[0], S), policies[0], batch)
+    record = jax.jit(functools.partial(m.record_probe_step, setup))
+    for j in range(J):
+        probe = record(probe, jnp.int32(j), params, policies[j + 1])
+    apply = jax.jit(setup.network.apply)
+    logps = [m.log_softmax64(np.asarray(apply(p, obs[0])[0])) for p in policies]
+    seq = [np.mean(m.categorical_kl(logps[j], logps[j - 1]).sum(-1)) for j in range(1, J + 1)]
+    np.testing.assert_allclose(probe.seq_kl, seq, rtol=1e-3, atol=1e-7)
+    kept = m.ref_steps(J)
+    assert len(kept) == m.KL_REF_POINTS and kept[0] == 0 and kept[-1] == J - 1
+    for slot, j in enumerate(kept):
+        np.testing.assert_allclose(m.log_softmax64(np.asarray(probe.kept_logits[slot])), logps[j], atol=1e-5)
+    np.testing.assert_allclose(m.log_softmax64(np.asarray(probe.last_logits)), logps[J], atol=1e-5)
+    assert int(probe.steps) == J and (m.ref_steps(16) == np.arange(16)).all()  # few steps: every one kept
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Time limits: Kinetix does not bootstrap at the time limit; a terminal on the last step is a termination
 # ---------------------------------------------------------------------------------------------------------
 def test_gae_at_the_time_limit_by_hand():
