@@ -1761,8 +1761,9 @@ def validate(args, argv: list) -> dict:
 
 
 def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the level streams)."""
-    return {"env_size": args.env_size, "episode_length": args.episode_length, "network": args.network,
+    """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
+    keys, the update's form)."""
+    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length, "network": args.network,
             "num_envs": args.num_envs, "no_sfl": args.no_sfl,
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
@@ -1787,6 +1788,54 @@ def apply_scaling(args, scaling: dict) -> None:
     args.num_minibatches = scaling["num_minibatches"]
     args.learning_rate = scaling["learning_rate"]
     args.num_iterations = args.total_timesteps // args.batch_size
+
+
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def log_sizes(run_dir: str) -> dict:
+    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
+            if os.path.exists(os.path.join(run_dir, name))}
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
+    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
+    without recorded sizes keeps the rows up to its iteration."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if line.strip()
+                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
+        atomic_write(path, kept)
+
+
+class ActiveTimeLogger(RunLogger):
+    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
+    sessions before the resumed checkpoint plus this one, never the time between sessions."""
+
+    def __init__(self, *args, active_before: float = 0.0, session_start: Optional[float] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.active_before, self.session_start = active_before, session_start or time.time()
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration),
+               "wall_time": self.active_before + time.time() - self.session_start}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
 
 
 def next_stop(iteration: int, args) -> int:
@@ -2102,19 +2151,24 @@ def main():
     eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
     print(f"levels, {num_handmade} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
 
-    # Run directory
+    # Run directory (absolute: run files record it); a resumed run's logs are cut back to its checkpoint
     if args.resume:
-        run_dir = ckpt["run_dir"]
+        run_dir = os.path.abspath(ckpt["run_dir"])
+        if lead:
+            cut_logs(run_dir, ckpt)
     else:
         run_name = f"Kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
+        run_dir = os.path.abspath(os.path.join(args.runs_dir, run_name))
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "handmade_levels": handmade_names, "train_levels": list(args.train_levels)}}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
-                       start_iteration if args.resume else 0, headline="charts/solve_rate_random") if lead else None
+    wall_offset = ckpt["wall_time"] if args.resume else 0.0
+    start_time = time.time()
+    logger = ActiveTimeLogger(run_dir, config, args, args.num_iterations * args.batch_size,
+                              start_iteration if args.resume else 0, headline="charts/solve_rate_random",
+                              active_before=wall_offset, session_start=start_time) if lead else None
     stop = StopFlag()
     lockstep("run directory")  # process 0 has written it
 
@@ -2123,20 +2177,20 @@ def main():
             logger.log(step, it, scalars)
 
     global_step = start_iteration * args.batch_size
-    wall_offset = ckpt["wall_time"] if args.resume else 0.0
     filter_seconds = ckpt.get("filter_seconds", 0.0) if args.resume else 0.0
-    start_time, timed_steps, timed_from = time.time(), 0, None
+    timed_steps, timed_from = 0, None
     status, iteration = "finished", start_iteration
 
     def checkpoint(iteration, runner):
         leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]  # on every process: a collective
         if not logger:
             return
+        logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
         save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
             "script": SCRIPT, "signature": signature(args), "iteration": iteration,
             "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
             "filter_seconds": filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-            "runner": leaves})
+            "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
 
     def run_eval(iteration, params):
         # every process evaluates the same on its own device, so that all stay in step; process 0 logs
