@@ -3,6 +3,7 @@
 # learnable levels, refilled every T updates by scoring N fresh random levels with the current policy. The PPO update
 # is jitted (PureJaxRL style); a host loop around chunks of updates samples levels, refills the buffer, logs,
 # evaluates and checkpoints. Docs: docs/sfl_kinetix_jax.md
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -1817,6 +1818,23 @@ def cut_logs(run_dir: str, ckpt: dict) -> None:
         atomic_write(path, kept)
 
 
+class Phase:
+    """One line when a setup phase starts and one with its time when it ends, so that a first run on a CPU (minutes of
+    compiling) says what it is doing while it does it."""
+
+    def __init__(self, what: str, note: str = ""):
+        self.what, self.note = what, note
+
+    def __enter__(self):
+        self.t0 = time.time()
+        print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+
+
 class ActiveTimeLogger(RunLogger):
     """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
     sessions before the resumed checkpoint plus this one, never the time between sessions."""
@@ -1838,9 +1856,10 @@ class ActiveTimeLogger(RunLogger):
             self.last_headline = float(scalars[self.headline])
 
 
-def next_stop(iteration: int, args) -> int:
-    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end)."""
-    stops = [args.num_iterations, iteration + args.updates_per_chunk]
+def next_stop(iteration: int, args, first: bool = False) -> int:
+    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end). A
+    session's first chunk is one update: it compiles the chunk, and a stop signal is answered right after."""
+    stops = [args.num_iterations, iteration + (1 if first else args.updates_per_chunk)]
     periods = [args.eval_every, args.diagnostics_every, args.checkpoint_every]
     if not args.no_sfl:
         periods.append(args.sfl_update_period)
@@ -1984,14 +2003,18 @@ def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerStat
     return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
 
 
-def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, period_index: int) -> RunnerState:
+def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, period_index: int,
+                   stopped=lambda: False) -> Optional[RunnerState]:
     """Every T updates (B26 Table 3): score N fresh random levels with the current policy, batch by batch, and keep
-    the K most learnable (the buffer is replaced, as in Kinetix's SFL)."""
+    the K most learnable (the buffer is replaced, as in Kinetix's SFL). None when stopped() turns true between
+    batches: the refresh is dropped, and a resumed run redoes it from the same keys."""
     batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.random.fold_in(filter_key, period_index)
     buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
     replicated = NamedSharding(env_mesh(), P())
     for b in range(args.sfl_num_levels // batch):
+        if b and stopped():
+            return None
         levels = sample_levels(programs, args, jax.random.fold_in(key, 2 * b), batch)
         score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
         p = programs.score(runner.train.params, levels, score_key)
@@ -2100,10 +2123,12 @@ def main():
 
     # Envs, levels and agent (seeding: one seed, separate streams for init/training, fresh levels, SFL candidates)
     t0 = time.time()
-    setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
-    fresh_key, filter_key = level_streams(args.seed)
-    example = fetch(levels_from_keys(programs.sample, args.level_batch, jax.random.PRNGKey(0)[None]))  # shapes
-    template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
+    with Phase("building the envs, the level generator and the agent",
+               "compiles Kinetix's random level generator the first time: minutes on a CPU"):
+        setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
+        fresh_key, filter_key = level_streams(args.seed)
+        example = fetch(levels_from_keys(programs.sample, args.level_batch, jax.random.PRNGKey(0)[None]))  # shapes
+        template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
         report = estimate_memory(setup, programs, args, template, example)
         for name, stats in report.items():
@@ -2135,8 +2160,10 @@ def main():
 
     # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
     eval_device = jax.local_devices()[0]
-    eval_random = fetch(sample_levels(programs, args, jax.random.PRNGKey(args.eval_level_seed),
-                                      max(args.eval_random_levels, 1)))
+    with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
+               "compiles the no-op filter the first time"):
+        eval_random = fetch(sample_levels(programs, args, jax.random.PRNGKey(args.eval_level_seed),
+                                          max(args.eval_random_levels, 1)))
     handmade = load_handmade_levels(args.env_size, static_params)
     handmade_names = handmade_level_names(args.env_size)
     num_handmade = len(handmade_names)
@@ -2206,23 +2233,43 @@ def main():
         log(iteration * args.batch_size, iteration, scalars)
         return scalars
 
+    def stopped() -> bool:  # a stop signal, agreed by every process
+        stop.signum = agreed_signal(stop.signum)
+        return bool(stop.signum)
+
     last_eval = None
     if args.eval_every and iteration == 0:  # the initial policy's solve rates: the baseline every later one is read against
-        run_eval(0, runner.train.params)
-    while iteration < args.num_iterations:
+        with Phase(f"first evaluation: {args.eval_random_levels} random + {num_handmade} hand-designed levels x "
+                   f"{args.eval_attempts} attempts", "compiles the evaluation the first time"):
+            run_eval(0, runner.train.params)
+        if stopped():
+            status = "interrupted"
+            checkpoint(iteration, runner)
+    first = True
+    while iteration < args.num_iterations and status != "interrupted":
         if not args.no_sfl and iteration % args.sfl_update_period == 0:  # B26 Table 3: every T updates
             t_filter = time.time()
-            runner = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period)
+            with Phase(f"SFL buffer: scoring {args.sfl_num_levels} random levels for {args.sfl_rollout_length} "
+                       "steps each", "compiles the scoring the first time") if first else contextlib.nullcontext():
+                refreshed = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period,
+                                           stopped)
+            if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
+                status = "interrupted"
+                checkpoint(iteration, runner)
+                break
+            runner = refreshed
             stats_buffer = buffer_stats(fetch(runner.buffer))
             filter_seconds += time.time() - t_filter
             log(global_step, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
-        end = next_stop(iteration, args)
+        end = next_stop(iteration, args, first)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
         fresh = listed if args.train_levels else fresh_levels(programs, args, fresh_key, iteration, n)
-        runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
-        # gathered global values, the same on every process: all take the same NaN decision below
-        stats, episodes = fetch((stats, episodes))
+        with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
+            runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
+            # gathered global values, the same on every process: all take the same NaN decision below
+            stats, episodes = fetch((stats, episodes))
+        first = False
         params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
         finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
         bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)

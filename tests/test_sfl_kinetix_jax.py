@@ -400,6 +400,33 @@ def test_rows_wall_time_is_the_runs_active_time(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# First run on a CPU: a stop signal is answered after one update, and between scoring batches
+# ---------------------------------------------------------------------------------------------------------
+def test_a_sessions_first_chunk_is_one_update():
+    args = m.Args(updates_per_chunk=4, eval_every=0, diagnostics_every=0, sfl_update_period=128)
+    args.num_iterations = 100
+    assert m.next_stop(0, args, first=True) == 1 and m.next_stop(1, args) == 5
+    assert m.next_stop(40, args, first=True) == 41  # also a resumed session's
+
+
+def test_buffer_refresh_answers_a_stop_between_scoring_batches():
+    calls = []
+    programs = fake_programs(calls)._replace(score=lambda params, levels, key: jnp.full(levels["x"].shape[0], 0.5),
+                                             merge=lambda buffer, levels, p: buffer)
+    args = m.Args(sfl_num_levels=16, sfl_filter_batch=4, level_batch=4, level_filter_steps=0)
+    runner = m.RunnerState(train=m.TrainState(params=None, opt_state=None, prox_params=None),
+                           buffer=m.empty_buffer({"x": jnp.zeros((4, 3))}, 4), key=None)
+    asked = []
+
+    def stopped():
+        asked.append(1)
+        return len(asked) >= 2  # the signal arrives during the second of four batches
+    assert m.refresh_buffer(programs, args, runner, jax.random.PRNGKey(0), 0, stopped) is None
+    assert calls == [4, 4]  # two batches generated and scored, not four
+    assert m.refresh_buffer(programs, args, runner, jax.random.PRNGKey(0), 0) is not None and len(calls) == 6
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Time limits: Kinetix does not bootstrap at the time limit; a terminal on the last step is a termination
 # ---------------------------------------------------------------------------------------------------------
 def test_gae_at_the_time_limit_by_hand():
@@ -944,8 +971,9 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch, runs):
     assert run_main(tiny(6) + ["--runs-dir", str(tmp_path)]) == 128 + signal.SIGTERM
     run_dir = run_dir_of(str(tmp_path))
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
-    assert summary["status"] == "interrupted" and summary["iteration"] == 2
-    assert pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))["iteration"] == 2
+    # the first chunk of a session is one update: the signal is answered after it
+    assert summary["status"] == "interrupted" and summary["iteration"] == 1
+    assert pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))["iteration"] == 1
 
 
 @pytest.mark.slow
