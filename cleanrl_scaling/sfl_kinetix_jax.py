@@ -154,13 +154,15 @@ class Args(ScalingArgs, RunArgs):
     sfl_sample_ratio: float = 0.5
     """rho: fraction of the envs that play a buffer level at each update; the others play fresh random levels"""
     sfl_filter_batch: int = 4096
-    """levels scored per compiled filtering call (Kinetix: 3 batches of 4096 = N); N must be a multiple of it"""
+    """levels scored per compiled filtering call over all devices, each call one no-op filter request (Kinetix: 3
+    batches of 4096 = N per device; the 8192, 65536 and 1m presets use 32768, 32768, 524288); N must be a multiple"""
 
     # Levels, network, evaluation
     episode_length: int = 256
     """steps before an episode is truncated (Kinetix: 256); the no-op filter and evaluation use it too"""
     level_batch: int = 1024
-    """random levels generated per compiled sampler call (a compute knob: level j of a request depends only on its key)"""
+    """random levels generated per device and compiled sampler call (a compute knob: a level depends only on its key);
+    a call makes level_batch x devices levels"""
     level_filter_ratio: int = 2
     """Kinetix's no-op filter: each random level is chosen among this many candidates, avoiding ones a no-op solves"""
     level_filter_steps: int = 64
@@ -603,13 +605,14 @@ PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buff
     "2048": {"num_envs": 2048, "sfl_num_levels": 12288, "sfl_update_period": 128, "sfl_buffer_size": 1024},
     # 8192 and 65536: B26's recipe (App. D: same minibatch size and lr, more minibatches); our reading, the paper
     # states the hybrid recipe only for 1M
+    # from 8192 on, N is scored in calls of 32,768 levels (8 of Kinetix's per-device 4,096), not 64-1,024 calls
     "8192": {"num_envs": 8192, "sfl_num_levels": 262144, "sfl_update_period": 256, "sfl_buffer_size": 8192,
-             "scaling_recipe": "more-minibatches", "base_num_envs": 2048},
+             "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
     "65536": {"num_envs": 65536, "sfl_num_levels": 262144, "sfl_update_period": 32, "sfl_buffer_size": 8192,
-              "scaling_recipe": "more-minibatches", "base_num_envs": 2048},
+              "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
     # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4
     "1m": {"num_envs": 1048576, "sfl_num_levels": 4194304, "sfl_update_period": 2, "sfl_buffer_size": 8192,
-           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16},
+           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288},
 }
 for _preset in PRESETS.values():
     _preset.update({"sfl_rollout_length": 512, "sfl_sample_ratio": 0.5, **B26_PPO})
@@ -905,10 +908,12 @@ def sample_requests(programs, args, request_keys: list, n: int):
 
 
 def levels_from_keys(program, level_batch: int, keys):
-    """program (random levels, or their candidates' no-op outcomes) on every key, in calls of `level_batch` (one
-    compiled program for every request size; the last call is padded with copies of the last key, dropped after); the
-    keys go in as a global array split over the mesh, the results stay there."""
+    """program (random levels, or their candidates' no-op outcomes) on every key, in calls of `level_batch` keys per
+    device (one compiled program for every request size, a few large calls at 1M envs on many devices; the last call
+    is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
+    results stay there."""
     envs = NamedSharding(env_mesh(), P("envs"))
+    level_batch *= jax.device_count()
     n = keys.shape[0]
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
     parts = [program(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
@@ -1084,7 +1089,8 @@ def empty_buffer(levels, k: int) -> LevelBuffer:
 
 
 def buffer_stats(buffer: LevelBuffer) -> dict:
-    score, p = np.asarray(buffer.score), np.asarray(buffer.p)
+    """The buffer's statistics from its scores alone: its K levels stay on the devices."""
+    score, p = (np.asarray(x) for x in fetch((buffer.score, buffer.p)))
     return {"sfl/learnability_mean": float(score.mean()), "sfl/learnability_max": float(score.max()),
             "sfl/frac_learnable": float(np.mean((p > 0) & (p < 1))), "sfl/solve_rate_mean": float(p.mean())}
 
@@ -1755,9 +1761,7 @@ def validate(args, argv: list) -> dict:
           "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass --minibatch-form steps")
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
-    check(args.level_batch % devices == 0 and filter_batch % devices == 0,
-          f"--level-batch {args.level_batch} and --sfl-filter-batch {filter_batch} must be divisible by the {devices} "
-          "devices")
+    check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
     return scaling
 
 
@@ -2069,7 +2073,7 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    keys = jax.ShapeDtypeStruct((args.level_batch, 2), jnp.uint32, sharding=sharded)
+    keys = jax.ShapeDtypeStruct((args.level_batch * jax.device_count(), 2), jnp.uint32, sharding=sharded)
     lowered = {"train_chunk": programs.chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
                "level_sampler": programs.sample.lower(keys)}
     if args.level_filter_steps and args.level_filter_ratio > 1:
@@ -2258,7 +2262,7 @@ def main():
                 checkpoint(iteration, runner)
                 break
             runner = refreshed
-            stats_buffer = buffer_stats(fetch(runner.buffer))
+            stats_buffer = buffer_stats(runner.buffer)
             filter_seconds += time.time() - t_filter
             log(global_step, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
         end = next_stop(iteration, args, first)

@@ -194,6 +194,32 @@ def test_noop_filter_keeps_trivial_levels_at_kinetix_rate():
     np.testing.assert_allclose(np.asarray(trivial)[picks].mean(), successive_sampling_trivial(trivial, 3) / 3, atol=0.01)
 
 
+def test_level_batch_is_per_device(monkeypatch):
+    """A generator call makes --level-batch levels per device: at 1M envs over many devices a few large calls."""
+    calls = []
+    programs = fake_programs(calls)
+    args = m.Args(num_envs=8, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=4, level_filter_steps=0)
+    one = m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"]
+    assert calls == [4, 4, 4]
+    monkeypatch.setattr(m.jax, "device_count", lambda: 3)
+    calls.clear()
+    np.testing.assert_array_equal(m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"], one)
+    assert calls == [12]
+
+
+def test_buffer_statistics_read_only_the_scores(monkeypatch):
+    """The K buffer levels stay on the devices; only scores and solve rates reach the host."""
+    fetched = []
+    real = m.fetch
+    monkeypatch.setattr(m, "fetch", lambda tree: fetched.append(tree) or real(tree))
+    buffer = m.LevelBuffer(levels={"big": jnp.zeros((4, 1000))}, score=jnp.array([0.25, 0.0, 0.16, 0.09]),
+                           p=jnp.array([0.5, 1.0, 0.2, 0.9]))
+    stats = m.buffer_stats(buffer)
+    assert not any(x.size == 4000 for tree in fetched for x in jax.tree.leaves(tree))
+    np.testing.assert_allclose([stats["sfl/learnability_mean"], stats["sfl/learnability_max"],
+                                stats["sfl/frac_learnable"], stats["sfl/solve_rate_mean"]], [0.125, 0.25, 0.75, 0.65])
+
+
 def test_train_levels_give_env_i_listed_level_i_mod_their_count():
     """--train-levels: every update, env i plays listed level i mod k (k = 3 levels over 7 envs here)."""
     levels = {"id": jnp.arange(3), "pos": jnp.arange(6.0).reshape(3, 2)}
@@ -638,6 +664,7 @@ def test_presets_resolve_to_b26(preset, envs, n, t, k, minibatches, lr):
         assert scaling["minibatch_size"] == 16 * (2048 * 256 // 32)
     if preset != "2048":  # B26 Table 3: the same env transitions between buffer updates from 8k on
         assert envs * t * 256 == 8192 * 256 * 256
+    assert n % args.sfl_filter_batch == 0 and n // args.sfl_filter_batch <= 8  # a few large scoring calls
 
 
 def test_defaults_are_the_2048_preset_and_flags_win_over_presets():
