@@ -1000,7 +1000,9 @@ class EntityTransformer(nn.Module):
         full = full & present[..., None, :, None] & present[..., None, None, :]
         full = jnp.repeat(full, self.num_heads // num_masks, axis=-3)  # heads 2m, 2m+1 use mask m (8 heads)
         joints, thrusters = embed("joints", obs.joints, e), embed("thrusters", obs.thrusters, e)
-        joint_to, joint_from, thruster_on = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1, obs.thruster_indexes + 1
+        # +1: the summary token is shape 0
+        joint_to, joint_from = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1
+        thruster_on = obs.thruster_indexes + 1
         for i in range(self.depth):
             y = nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.attention_size, out_features=e,
                                                 name=f"attn_{i}")(nn.LayerNorm(name=f"ln_attn_{i}")(x), mask=full)
@@ -1728,9 +1730,8 @@ def validate(args, argv: list) -> dict:
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
     check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
     for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
-                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim",
-                 "attention_size", "num_heads",
-                 "transformer_depth", "eval_attempts", "updates_per_chunk"):
+                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers",
+                 "attention_size", "num_heads", "transformer_depth", "eval_attempts", "updates_per_chunk"):
         check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
                  "eval_level_seed"):
@@ -1747,6 +1748,7 @@ def validate(args, argv: list) -> dict:
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
           f"--sfl-filter-batch {filter_batch}; choose a divisor")
+    check(args.embed_dim >= 2, f"--embed-dim must be >= 2 (got {args.embed_dim}): a shape's embedding ends with its kind")
     check(args.attention_size % args.num_heads == 0,
           f"--attention-size {args.attention_size} must be divisible by --num-heads {args.num_heads}")
     check(args.num_heads % 4 == 0, f"--num-heads {args.num_heads} must be a multiple of 4: the heads share out the "
@@ -1758,7 +1760,8 @@ def validate(args, argv: list) -> dict:
     scaling = resolve_scaling(args)
     check(args.minibatch_form == "steps" or args.num_envs % scaling["num_minibatches"] == 0,
           f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
-          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass --minibatch-form steps")
+          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass "
+          "--minibatch-form steps")
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
     check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
@@ -1768,11 +1771,13 @@ def validate(args, argv: list) -> dict:
 def signature(args) -> dict:
     """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
     keys, the update's form)."""
-    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length, "network": args.network,
+    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length,
+            "network": args.network,
             "num_envs": args.num_envs, "no_sfl": args.no_sfl,
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
-            "attention_size": args.attention_size, "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
+            "attention_size": args.attention_size, "num_heads": args.num_heads,
+            "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
             "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
             "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
@@ -1917,13 +1922,15 @@ def build_config(args) -> BuildConfig:
         env_size=args.env_size, episode_length=args.episode_length, network=args.network, obs_dtype=args.obs_dtype,
         hidden_size=args.hidden_size,
         num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
-        num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
-        num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form, batch_size=args.batch_size, update_epochs=args.update_epochs,
+        num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs,
+        num_steps=args.num_steps, num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form,
+        batch_size=args.batch_size, update_epochs=args.update_epochs,
         gamma=args.gamma, gae_lambda=args.gae_lambda,
         bootstrap_time_limit=args.bootstrap_time_limit, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
         target_kl=args.target_kl,
-        diagnostics_states=args.diagnostics_states if args.diagnostics_every else 0, updates_per_chunk=args.updates_per_chunk,
+        diagnostics_states=args.diagnostics_states if args.diagnostics_every else 0,
+        updates_per_chunk=args.updates_per_chunk,
         learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
         anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
         num_from_buffer=sfl_counts(args)[0], rollout_length=args.sfl_rollout_length,

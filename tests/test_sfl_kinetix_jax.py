@@ -693,7 +693,7 @@ def handmade_entity_obs():
     """The entity observations of the 10 's' hand-designed levels at their start, and the action mask."""
     env, env_params, static_params = m.make_env("s", "transformer")
     levels = m.load_handmade_levels("s", static_params)
-    return jax.vmap(env.get_obs)(levels), m.action_layout(env, env_params)[1]
+    return jax.jit(jax.vmap(env.get_obs))(levels), m.action_layout(env, env_params)[1]
 
 
 @functools.lru_cache(maxsize=1)
