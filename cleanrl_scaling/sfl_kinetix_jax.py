@@ -899,7 +899,8 @@ def sample_requests(programs, args, request_keys: list, n: int):
     if args.level_filter_steps == 0 or ratio == 1:
         chosen = candidates[:, 0]
     else:
-        trivial = levels_from_keys(programs.noop_solved, args.level_batch, keys).reshape(len(request_keys), n * ratio)
+        trivial = fetch(levels_from_keys(programs.noop_solved, args.level_batch, keys))  # a few bools per level
+        trivial = np.asarray(trivial).reshape(len(request_keys), n * ratio)
         pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
         picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
         chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
