@@ -2250,7 +2250,7 @@ def main():
         return bool(stop.signum)
 
     last_eval = None
-    if args.eval_every and iteration == 0:  # the initial policy's solve rates: the baseline every later one is read against
+    if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
         with Phase(f"first evaluation: {args.eval_random_levels} random + {num_handmade} hand-designed levels x "
                    f"{args.eval_attempts} attempts", "compiles the evaluation the first time"):
             run_eval(0, runner.train.params)
@@ -2335,9 +2335,9 @@ def main():
     summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9),
                "filter_seconds": filter_seconds, "filter_share": filter_seconds / max(wall_offset + elapsed, 1e-9)}
-    if status == "finished":
-        checkpoint(iteration, runner)
+    if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
         last_eval = run_eval(iteration, runner.train.params)
+        checkpoint(iteration, runner)
         summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
         summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
         print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
