@@ -65,7 +65,7 @@ def evaluate(run_dir: str, num_levels: int, attempts: int, level_seed: int):
     ckpt = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, m.signature(args),
                              flag=run_dir, implied=m.SIGNATURE_IMPLIED)
     setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
-    levels = m.fetch(m.sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(level_seed), num_levels))
+    levels = m.fetch(m.sample_levels(programs, args, jax.random.PRNGKey(level_seed), num_levels))
     template = programs.init(jax.tree.map(lambda x: x[0], levels), args.seed)  # the run's initial parameters
     trained = m.restore_runner(template, ckpt["runner"], run_dir)
     tiled = m.tile_attempts(levels, attempts)

@@ -177,7 +177,7 @@ def main():
         args = configure(n, opts.num_steps, opts.env_size)
         setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
         # first calls compile; each program is timed on a later call with the argument types the script passes
-        sample = functools.partial(m.sample_levels, programs.sample, args.level_batch)
+        sample = functools.partial(m.sample_levels, programs, args)
         _, compile_sample = timed(sample, jax.random.PRNGKey(0), n)
         levels, sample_seconds = timed(sample, jax.random.PRNGKey(1), n)
         rand = random_rollout_sps(setup, levels, opts.num_steps, opts.repeats)

@@ -3,6 +3,7 @@
 # learnable levels, refilled every T updates by scoring N fresh random levels with the current policy. The PPO update
 # is jitted (PureJaxRL style); a host loop around chunks of updates samples levels, refills the buffer, logs,
 # evaluates and checkpoints. Docs: docs/sfl_kinetix_jax.md
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -109,6 +110,9 @@ class Args(ScalingArgs, RunArgs):
     """the number of mini-batches"""
     update_epochs: int = 8
     """the K epochs to update the policy"""
+    minibatch_form: Literal["trajectories", "steps"] = "trajectories"
+    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26
+    App. D); steps: T/S random steps of each of N/G envs (this script's form before; S x G = M, also when M > N)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.2
@@ -123,6 +127,9 @@ class Args(ScalingArgs, RunArgs):
     """the maximum norm for the gradient clipping (B26 Table 2; Kinetix's own configuration has 1.0)"""
     target_kl: Optional[float] = None
     """the target KL divergence threshold"""
+    bootstrap_time_limit: bool = False
+    """bootstrap the value of an episode cut by --episode-length from V(next observation); off (default), as Kinetix,
+    the time limit ends the episode's returns like a termination"""
 
     # PPO-EWMA (B26 §2.2, App. E.2 / Fig. 18)
     ewma_com: float = 0.0
@@ -147,13 +154,15 @@ class Args(ScalingArgs, RunArgs):
     sfl_sample_ratio: float = 0.5
     """rho: fraction of the envs that play a buffer level at each update; the others play fresh random levels"""
     sfl_filter_batch: int = 4096
-    """levels scored per compiled filtering call (Kinetix: 3 batches of 4096 = N); N must be a multiple of it"""
+    """levels scored per compiled filtering call over all devices, each call one no-op filter request (Kinetix: 3
+    batches of 4096 = N per device; the 8192, 65536 and 1m presets use 32768, 32768, 524288); N must be a multiple"""
 
     # Levels, network, evaluation
     episode_length: int = 256
     """steps before an episode is truncated (Kinetix: 256); the no-op filter and evaluation use it too"""
     level_batch: int = 1024
-    """random levels generated per compiled sampler call (a compute knob: level j of a request depends only on its key)"""
+    """random levels generated per device and compiled sampler call (a compute knob: a level depends only on its key);
+    a call makes level_batch x devices levels"""
     level_filter_ratio: int = 2
     """Kinetix's no-op filter: each random level is chosen among this many candidates, avoiding ones a no-op solves"""
     level_filter_steps: int = 64
@@ -169,11 +178,14 @@ class Args(ScalingArgs, RunArgs):
     num_hidden_layers: int = 5
     """hidden layers of the actor and critic MLP heads (Kinetix: 5)"""
     embed_dim: int = 128
-    """transformer: width of the entity embeddings (Kinetix: 8 heads x 16)"""
+    """transformer: width of the entity embeddings (Kinetix's transformer_encoder_size: 128)"""
+    attention_size: int = 16
+    """transformer: width of the queries, keys and values summed over the heads (Kinetix's transformer_size: 16, so
+    2 per head)"""
     num_heads: int = 8
-    """transformer: attention heads"""
+    """transformer: attention heads, a multiple of the observation's 4 attention masks (Kinetix: 8)"""
     transformer_depth: int = 2
-    """transformer: self-attention layers"""
+    """transformer: gated self-attention layers, each followed by the joint and thruster messages (Kinetix: 2)"""
     eval_every: int = 128
     """log charts/solve_rate_random and charts/solve_rate_handmade before training and every K iterations (0 = only at
     the end)"""
@@ -593,13 +605,14 @@ PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buff
     "2048": {"num_envs": 2048, "sfl_num_levels": 12288, "sfl_update_period": 128, "sfl_buffer_size": 1024},
     # 8192 and 65536: B26's recipe (App. D: same minibatch size and lr, more minibatches); our reading, the paper
     # states the hybrid recipe only for 1M
+    # from 8192 on, N is scored in calls of 32,768 levels (8 of Kinetix's per-device 4,096), not 64-1,024 calls
     "8192": {"num_envs": 8192, "sfl_num_levels": 262144, "sfl_update_period": 256, "sfl_buffer_size": 8192,
-             "scaling_recipe": "more-minibatches", "base_num_envs": 2048},
+             "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
     "65536": {"num_envs": 65536, "sfl_num_levels": 262144, "sfl_update_period": 32, "sfl_buffer_size": 8192,
-              "scaling_recipe": "more-minibatches", "base_num_envs": 2048},
+              "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
     # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4
     "1m": {"num_envs": 1048576, "sfl_num_levels": 4194304, "sfl_update_period": 2, "sfl_buffer_size": 8192,
-           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16},
+           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288},
 }
 for _preset in PRESETS.values():
     _preset.update({"sfl_rollout_length": 512, "sfl_sample_ratio": 0.5, **B26_PPO})
@@ -651,7 +664,9 @@ def make_env(env_size: str, network: str, episode_length: int = 256, obs_dtype: 
 
 
 class EntityObs(struct.PyTreeNode):
-    """The part of Kinetix's symbolic-entity observation the network reads: per-entity features and presence."""
+    """Kinetix's symbolic-entity observation as its network reads it: per-entity features and presence, the shapes each
+    joint and thruster acts on (without them the relative joint and thruster features do not say which body a motor or
+    thruster moves) and the four [S, S] attention masks over the shapes (all, not colliding, jointed, in contact)."""
     polygons: jnp.ndarray
     circles: jnp.ndarray
     joints: jnp.ndarray
@@ -660,12 +675,18 @@ class EntityObs(struct.PyTreeNode):
     circle_mask: jnp.ndarray
     joint_mask: jnp.ndarray
     thruster_mask: jnp.ndarray
+    attention_mask: jnp.ndarray  # [4, S, S] bool, shapes = polygons then circles
+    joint_indexes: jnp.ndarray  # [2J, 2] int: (shape the message goes to, the other shape); both ends of each joint
+    thruster_indexes: jnp.ndarray  # [R] int: the shape each thruster is fixed to
+
+
+NO_TIME_LIMIT = 2**30  # Kinetix's own time limit, lifted: ObsEnv applies --episode-length itself
 
 
 class ObsEnv:
-    """Kinetix's env with the observation the network reads: the entity one cut to EntityObs (the dropped attention
-    mask, [4, S, S] per state, and index arrays would dominate the rollout's memory at 65k-1M envs) or the flat one,
-    its float parts in --obs-dtype."""
+    """Kinetix's env with the observation the network reads (EntityObs, or the flat one), its float parts in
+    --obs-dtype; it applies the time limit itself, so that info["terminated"] says whether the episode ended by the
+    goal, a hazard or a NaN, also on the last step (where Kinetix's done cannot tell)."""
 
     def __init__(self, env, entity: bool, dtype):
         self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
@@ -677,8 +698,10 @@ class ObsEnv:
         return self.compact(self.env.get_obs(state))
 
     def step_env(self, rng, state, action, params):
-        obs, state, reward, done, info = self.env.step_env(rng, state, action, params)
-        return self.compact(obs), state, reward, done, info
+        obs, state, reward, terminated, info = self.env.step_env(rng, state, action,
+                                                                 params.replace(max_timesteps=NO_TIME_LIMIT))
+        done = terminated | (state.timestep >= params.max_timesteps)
+        return self.compact(obs), state, reward, done, {**info, "terminated": terminated}
 
     def compact(self, obs):
         if self.entity:
@@ -827,23 +850,32 @@ def noop_solves(sampler: LevelSampler, level) -> jnp.ndarray:
     return solved
 
 
-def sample_level(sampler: LevelSampler, key):
-    """One random level: `filter_ratio` candidates from Kinetix's sampler, one kept by weight 1 (0.001 when a no-op
-    solves it), as Kinetix's filter weighs them; per level, so a level depends only on its key."""
+def candidate_keys(key, ratio: int):
+    """The keys of a level's `ratio` candidates for the no-op filter (the first one is the level when not filtering)."""
+    return jax.random.split(key, ratio + 1)[1:]
+
+
+def random_level(sampler: LevelSampler, key):
+    """One level of Kinetix's random distribution, a function of its key only."""
     from kinetix.environment.ued.distributions import sample_kinetix_level
     from kinetix.environment.ued.ued_state import UEDParams
     engine = sampler.env.physics_engine  # built outside the trace (it precomputes index arrays)
-    keys = jax.random.split(key, sampler.filter_ratio + 1)
+    return sample_kinetix_level(key, engine, sampler.env_params, sampler.static_params, UEDParams())
 
-    def candidate(k):
-        return sample_kinetix_level(k, engine, sampler.env_params, sampler.static_params, UEDParams())
-    candidates = jax.vmap(candidate)(keys[1:])
-    if sampler.filter_steps == 0 or sampler.filter_ratio == 1:
-        return tree_take(candidates, 0)
-    trivial = jax.vmap(functools.partial(noop_solves, sampler))(candidates)
+
+def candidates_noop_solved(sampler: LevelSampler, key):
+    """[ratio] bools: which of the level's candidates a no-op solves."""
+    levels = jax.vmap(functools.partial(random_level, sampler))(candidate_keys(key, sampler.filter_ratio))
+    return jax.vmap(functools.partial(noop_solves, sampler))(levels)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def pick_candidates(key, trivial, count: int):
+    """Kinetix's no-op filter over a whole request: `count` of its candidates drawn without replacement, weight 1 each,
+    0.001 when a no-op solves it (Gumbel top-k = successive weighted draws); trivial [C] -> indexes [count]. A trivial
+    candidate survives only where the request has fewer than `count` others."""
     logw = jnp.where(trivial, math.log(0.001), 0.0)
-    pick = jnp.argmax(logw + jax.random.gumbel(keys[0], logw.shape))  # Gumbel-max: a draw with these weights
-    return tree_take(candidates, pick)
+    return jax.lax.top_k(logw + jax.random.gumbel(key, logw.shape), count)[1]
 
 
 def level_keys(key, start: int, count: int):
@@ -851,19 +883,41 @@ def level_keys(key, start: int, count: int):
     return jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(start, start + count, dtype=jnp.uint32))
 
 
-def sample_levels(sample_batch, level_batch: int, key, n: int):
-    """n random levels, level j from fold_in(key, j)."""
-    return levels_from_keys(sample_batch, level_batch, level_keys(key, 0, n))
+def sample_levels(programs, args, key, n: int):
+    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call)."""
+    return sample_requests(programs, args, [key], n)
 
 
-def levels_from_keys(sample_batch, level_batch: int, keys):
-    """One random level per key, in calls of `level_batch` (one compiled program for every request size; the last call
+def sample_requests(programs, args, request_keys: list, n: int):
+    """n random levels per request key, concatenated. Request r's candidates are those of its level keys
+    fold_in(key, j); the no-op filter keeps n of its n x ratio candidates by Kinetix's weights (pick_candidates, key
+    split(key)[1]). Candidates are scored first and only the kept ones generated again, so a level is still a
+    function of its key and the batching (--level-batch, chunks) never changes it."""
+    ratio = args.level_filter_ratio
+    keys = jnp.concatenate([level_keys(k, 0, n) for k in request_keys])
+    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [R n, ratio, 2]
+    if args.level_filter_steps == 0 or ratio == 1:
+        chosen = candidates[:, 0]
+    else:
+        trivial = fetch(levels_from_keys(programs.noop_solved, args.level_batch, keys))  # a few bools per level
+        trivial = np.asarray(trivial).reshape(len(request_keys), n * ratio)
+        pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
+        picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
+        chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
+        chosen = chosen.reshape(-1, candidates.shape[-1])
+    return levels_from_keys(programs.sample, args.level_batch, chosen)
+
+
+def levels_from_keys(program, level_batch: int, keys):
+    """program (random levels, or their candidates' no-op outcomes) on every key, in calls of `level_batch` keys per
+    device (one compiled program for every request size, a few large calls at 1M envs on many devices; the last call
     is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
-    levels stay there."""
+    results stay there."""
     envs = NamedSharding(env_mesh(), P("envs"))
+    level_batch *= jax.device_count()
     n = keys.shape[0]
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
-    parts = [sample_batch(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
+    parts = [program(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
     return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
 
 
@@ -885,37 +939,85 @@ class MLP(nn.Module):
         return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
 
 
-ENTITY_KINDS = (("polygons", "polygon_mask"), ("circles", "circle_mask"), ("joints", "joint_mask"),
-                ("thrusters", "thruster_mask"))
+class Gate(nn.Module):
+    """GTrXL's GRU-style gate (Parisotto et al. 2020), as Kinetix's transformer layers use it: the residual x and the
+    layer output y mix through reset and update gates instead of x + y."""
+    width: int
+
+    @nn.compact
+    def __call__(self, x, y):
+        def lin(name, v):
+            return nn.Dense(self.width, use_bias=False, name=name)(v)
+        r = jax.nn.sigmoid(lin("wr", y) + lin("ur", x))
+        z = jax.nn.sigmoid(lin("wz", y) + lin("uz", x) - self.param("bias", nn.initializers.zeros, (self.width,)))
+        h = jnp.tanh(lin("wg", y) + lin("ug", r * x))
+        return (1.0 - z) * x + z * h
+
+
+def gather_shapes(x, index):
+    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at."""
+    return jnp.take_along_axis(x, index[..., None], axis=-2)
+
+
+def scatter_add_shapes(x, index, messages):
+    """x [..., S, E] + messages [..., K, E] added to the shapes `index` [..., K] names (several may hit one shape)."""
+    one_hot = jax.nn.one_hot(index, x.shape[-2], dtype=x.dtype)  # [..., K, S]: a sum, independent of entry order
+    return x + jnp.einsum("...ks,...ke->...se", one_hot, messages)
 
 
 class EntityTransformer(nn.Module):
-    """Each shape, joint end and thruster is a token (its own linear embedding per kind); masked self-attention
-    without positions, then a learned summary token and the mean over present tokens: the output does not depend
-    on the order of the entities (Kinetix's design idea for symbolic-entity observations)."""
+    """Kinetix's permutation-invariant entity network (models/transformer_model.py at its SFL config: dummy_and_mean,
+    no feed-forward expansion, gated, single-layer joint/thruster mixing): shape tokens (polygons then circles, each
+    tagged with its kind) plus a constant summary token; per layer, gated masked self-attention over the shapes, then
+    every joint's message (both shapes and the joint) added into the shape it acts on and every thruster's (its shape
+    and the thruster) into its shape; out: the mean over the summary token and the present shapes. No positions, so
+    the output does not depend on the order of the entities."""
     embed_dim: int
+    attention_size: int
     num_heads: int
     depth: int
 
     @nn.compact
     def __call__(self, obs):
-        tokens = [nn.Dense(self.embed_dim, name=f"embed_{kind}")(getattr(obs, kind)) for kind, _ in ENTITY_KINDS]
-        masks = [getattr(obs, mask) for _, mask in ENTITY_KINDS]
-        batch_shape = tokens[0].shape[:-2]
-        summary = self.param("summary_token", nn.initializers.normal(0.02), (self.embed_dim,))
-        x = jnp.concatenate([jnp.broadcast_to(summary, batch_shape + (1, self.embed_dim))] + tokens, axis=-2)
-        present = jnp.concatenate([jnp.ones(batch_shape + (1,), bool)] + [m.astype(bool) for m in masks], axis=-1)
-        attend = present[..., None, None, :]  # every query attends to the present tokens only
+        e = self.embed_dim
+
+        def embed(name, features, width):
+            dense = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"embed_{name}")
+            return jnp.tanh(dense(features))
+
+        def shape_tokens(name, features, kind):
+            h = embed(name, features, e - 1)
+            return jnp.concatenate([h, jnp.full(h.shape[:-1] + (1,), kind, h.dtype)], axis=-1)
+        shapes = jnp.concatenate([shape_tokens("polygons", obs.polygons, 1.0),
+                                  shape_tokens("circles", obs.circles, 0.0)], axis=-2)
+        batch = shapes.shape[:-2]
+        x = jnp.concatenate([jnp.ones(batch + (1, e), shapes.dtype), shapes], axis=-2)
+        present = jnp.concatenate([jnp.ones(batch + (1,), bool), obs.polygon_mask.astype(bool),
+                                   obs.circle_mask.astype(bool)], axis=-1)
+        # the summary token attends to and is seen by every present shape; the observation's 4 masks cover the shapes
+        masks = obs.attention_mask.astype(bool)
+        num_masks, s = masks.shape[-3], present.shape[-1]
+        full = jnp.ones(batch + (num_masks, s, s), bool).at[..., 1:, 1:].set(masks)
+        full = full & present[..., None, :, None] & present[..., None, None, :]
+        full = jnp.repeat(full, self.num_heads // num_masks, axis=-3)  # heads 2m, 2m+1 use mask m (8 heads)
+        joints, thrusters = embed("joints", obs.joints, e), embed("thrusters", obs.thrusters, e)
+        # +1: the summary token is shape 0
+        joint_to, joint_from = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1
+        thruster_on = obs.thruster_indexes + 1
         for i in range(self.depth):
-            h = nn.LayerNorm(name=f"ln_attn_{i}")(x)
-            x = x + nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.embed_dim, name=f"attn_{i}")(
-                h, h, mask=attend)
-            h = nn.LayerNorm(name=f"ln_ffn_{i}")(x)
-            h = nn.gelu(nn.Dense(2 * self.embed_dim, name=f"ffn_in_{i}")(h))
-            x = x + nn.Dense(self.embed_dim, name=f"ffn_out_{i}")(h)
-        weights = present[..., 1:, None].astype(x.dtype)
-        mean = (x[..., 1:, :] * weights).sum(-2) / jnp.maximum(weights.sum(-2), 1.0)
-        return jnp.concatenate([x[..., 0, :], mean], axis=-1)
+            y = nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.attention_size, out_features=e,
+                                                name=f"attn_{i}")(nn.LayerNorm(name=f"ln_attn_{i}")(x), mask=full)
+            y = Gate(e, name=f"gate_attn_{i}")(x, jax.nn.relu(y))
+            h = nn.Dense(e, name=f"dense_{i}")(nn.LayerNorm(name=f"ln_dense_{i}")(y))
+            x = Gate(e, name=f"gate_dense_{i}")(y, jax.nn.relu(h))
+            joint_msg = nn.Dense(e, name=f"joint_{i}")(jnp.concatenate(
+                [gather_shapes(x, joint_to), gather_shapes(x, joint_from), joints], axis=-1))
+            thruster_msg = nn.Dense(e, name=f"thruster_{i}")(jnp.concatenate(
+                [gather_shapes(x, thruster_on), thrusters], axis=-1))
+            x = scatter_add_shapes(x, joint_to, joint_msg * obs.joint_mask[..., None])
+            x = scatter_add_shapes(x, thruster_on, thruster_msg * obs.thruster_mask[..., None])
+        weights = present[..., None].astype(x.dtype)
+        return (x * weights).sum(-2) / weights.sum(-2)
 
 
 class ActorCritic(nn.Module):
@@ -924,6 +1026,7 @@ class ActorCritic(nn.Module):
     hidden_size: int
     num_layers: int
     embed_dim: int = 128
+    attention_size: int = 16
     num_heads: int = 8
     depth: int = 2
 
@@ -931,7 +1034,10 @@ class ActorCritic(nn.Module):
     def __call__(self, obs):
         """obs -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
         obs = jax.tree.map(read_obs, obs)
-        x = obs if self.network == "mlp" else EntityTransformer(self.embed_dim, self.num_heads, self.depth)(obs)
+        if self.network == "mlp":
+            x = obs
+        else:
+            x = EntityTransformer(self.embed_dim, self.attention_size, self.num_heads, self.depth)(obs)
         d, a = self.action_mask.shape
         logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(x)
         value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(x)
@@ -986,7 +1092,8 @@ def empty_buffer(levels, k: int) -> LevelBuffer:
 
 
 def buffer_stats(buffer: LevelBuffer) -> dict:
-    score, p = np.asarray(buffer.score), np.asarray(buffer.p)
+    """The buffer's statistics from its scores alone: its K levels stay on the devices."""
+    score, p = (np.asarray(x) for x in fetch((buffer.score, buffer.p)))
     return {"sfl/learnability_mean": float(score.mean()), "sfl/learnability_max": float(score.max()),
             "sfl/frac_learnable": float(np.mean((p > 0) & (p < 1))), "sfl/solve_rate_mean": float(p.mean())}
 
@@ -1034,8 +1141,8 @@ class Transition(NamedTuple):
     value: jnp.ndarray
     reward: jnp.ndarray
     done: jnp.ndarray  # the episode ended after this step
-    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN: no bootstrap (a time limit bootstraps)
-    next_value: jnp.ndarray  # V(true next observation), used only when the episode was truncated
+    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN (also on the last step): never bootstrapped
+    next_value: jnp.ndarray  # V(true next observation): bootstraps a time-limit cut with --bootstrap-time-limit
 
 
 class Episodes(NamedTuple):
@@ -1045,11 +1152,62 @@ class Episodes(NamedTuple):
     solved: jnp.ndarray  # the episode ended touching the goal
 
 
+EPISODE_ROWS = 1024  # per-episode log rows per iteration; beyond, one row of aggregates (logging O(1) in N)
+
+
+class EpisodeStats(NamedTuple):
+    """One update's finished episodes, reduced on the device: counts, sums, extremes, and the first EPISODE_ROWS
+    episodes in time-major order (what the host logs one by one when there are no more)."""
+    count: jnp.ndarray
+    solved: jnp.ndarray
+    return_sum: jnp.ndarray
+    return_min: jnp.ndarray
+    return_max: jnp.ndarray
+    length_sum: jnp.ndarray
+    length_min: jnp.ndarray
+    length_max: jnp.ndarray
+    first_return: jnp.ndarray  # [min(EPISODE_ROWS, T N)]
+    first_length: jnp.ndarray
+
+
+def episode_stats(episodes: Episodes) -> EpisodeStats:
+    done = episodes.done.ravel()
+    ret, length = episodes.ep_return.ravel(), episodes.ep_length.ravel()
+    first = jnp.nonzero(done, size=min(EPISODE_ROWS, done.shape[0]), fill_value=0)[0]
+    lo, hi = jnp.finfo(jnp.float32).max, jnp.iinfo(jnp.int32).max
+    return EpisodeStats(count=done.sum(), solved=(done & episodes.solved.ravel()).sum(),
+                        return_sum=jnp.where(done, ret, 0.0).sum(), return_min=jnp.where(done, ret, lo).min(),
+                        return_max=jnp.where(done, ret, -lo).max(), length_sum=jnp.where(done, length, 0).sum(),
+                        length_min=jnp.where(done, length, hi).min(), length_max=jnp.where(done, length, -hi).max(),
+                        first_return=ret[first], first_length=length[first])
+
+
+def episode_rows(stats: EpisodeStats, i: int) -> list:
+    """Update i's episode log rows (SPEC §4): one per finished episode up to EPISODE_ROWS, else one row of the mean
+    with _count, _min and _max."""
+    count = int(stats.count[i])
+    if count <= EPISODE_ROWS:
+        return [{"charts/episodic_return": r, "charts/episodic_length": n}
+                for r, n in zip(stats.first_return[i][:count], stats.first_length[i][:count])]
+    return [{"charts/episodic_return": stats.return_sum[i] / count, "charts/episodic_return_count": count,
+             "charts/episodic_return_min": stats.return_min[i], "charts/episodic_return_max": stats.return_max[i],
+             "charts/episodic_length": stats.length_sum[i] / count, "charts/episodic_length_min": stats.length_min[i],
+             "charts/episodic_length_max": stats.length_max[i]}]
+
+
+KL_REF_POINTS = 64  # policies kept per probed update for ref KL(pi_J || pi_j): the probe's size does not grow with J
+
+
 class Probe(struct.PyTreeNode):
-    """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
+    """What the diagnostics need from one update, filled only when that update is probed (lax.cond); every leaf is
+    empty when diagnostics are off. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
+    KL(pi_j || pi_j-1) is accumulated step by step and only KL_REF_POINTS policies are kept for the ref profile."""
     params_before: Any
     first_grad: jnp.ndarray  # flat first-minibatch gradient
-    logits: jnp.ndarray  # [J+1, S, D, A]: pi_0 (behavior) ... pi_J on the fixed state set S
+    start_logits: jnp.ndarray  # [S, D, A]: pi_0 (behavior) on the fixed state set S
+    last_logits: jnp.ndarray  # [S, D, A]: the latest policy (pi_J at the end)
+    kept_logits: jnp.ndarray  # [P, S, D, A]: pi_j at the steps j of ref_steps(J)
+    seq_kl: jnp.ndarray  # [J]: mean over S of KL(pi_j+1 || pi_j), float32
     obs: Any  # [S, ...]
     actions: jnp.ndarray  # [S, D]
     steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
@@ -1073,9 +1231,11 @@ class Setup(NamedTuple):
     num_envs: int
     num_steps: int
     num_minibatches: int
+    minibatch_form: str
     update_epochs: int
     gamma: float
     gae_lambda: float
+    bootstrap_time_limit: bool
     clip_vloss: bool
     norm_adv: bool
     use_ewma: bool  # --ewma-com > 0: B26 eq. 4 with theta_prox; else plain PPO
@@ -1114,7 +1274,7 @@ def env_step(setup: Setup, envs: EnvBatch, action):
     obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
         None, envs.state, action, setup.env_params)
     solved = done & info["GoalR"]
-    terminated = done & ((state.timestep < setup.max_timesteps) | solved)
+    terminated = done & info["terminated"]
     ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
     new_envs = envs.replace(state=tree_select(done, envs.level, state), obs=tree_select(done, envs.level_obs, obs),
                             ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
@@ -1126,7 +1286,10 @@ def rollout_step(setup: Setup, params, envs: EnvBatch, key):
     logits, value, _, _ = setup.network.apply(params, envs.obs)
     action = jax.random.categorical(key, logits)
     new_envs, true_next_obs, reward, done, terminated, episodes = env_step(setup, envs, action)
-    _, next_value, _, _ = setup.network.apply(params, true_next_obs)  # bootstraps a time-limit truncation
+    if setup.bootstrap_time_limit:  # a second forward pass per step, only when a truncation is bootstrapped
+        _, next_value, _, _ = setup.network.apply(params, true_next_obs)
+    else:
+        next_value = jnp.zeros_like(value)
     transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
                             done=done, terminated=terminated, next_value=next_value)
     return new_envs, (transition, episodes)
@@ -1140,18 +1303,20 @@ def collect_rollout(setup: Setup, params, envs: EnvBatch, key):
 # ---------------------------------------------------------------------------------------------------------
 # Advantages
 # ---------------------------------------------------------------------------------------------------------
-def gae_step(gamma: float, lam: float, carry, t: Transition):
-    """GAE (Schulman et al. 2016) backwards in time; a truncated episode bootstraps from V(true next obs)."""
+def gae_step(gamma: float, lam: float, bootstrap_time_limit: bool, carry, t: Transition):
+    """GAE (Schulman et al. 2016) backwards in time. An ended episode adds nothing after its last step (Kinetix's
+    GAE); with bootstrap_time_limit an episode cut by the time limit bootstraps from V(true next obs) instead."""
     next_adv, next_value = carry
-    v_next = jnp.where(t.done, jnp.where(t.terminated, 0.0, t.next_value), next_value)
+    cut = t.done & ~t.terminated if bootstrap_time_limit else jnp.zeros_like(t.done)
+    v_next = jnp.where(t.done, jnp.where(cut, t.next_value, 0.0), next_value)
     delta = t.reward + gamma * v_next - t.value
     adv = delta + gamma * lam * (1.0 - t.done) * next_adv
     return (adv, t.value), adv
 
 
-def compute_gae(traj: Transition, last_value, gamma: float, lam: float):
-    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam), (jnp.zeros_like(last_value), last_value),
-                                 traj, reverse=True)
+def compute_gae(traj: Transition, last_value, gamma: float, lam: float, bootstrap_time_limit: bool = True):
+    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam, bootstrap_time_limit),
+                                 (jnp.zeros_like(last_value), last_value), traj, reverse=True)
     return advantages, advantages + traj.value
 
 
@@ -1232,8 +1397,10 @@ def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb:
     updates, opt_state = setup.optimizer.update(grads, train.opt_state, train.params)
     params = optax.apply_updates(train.params, updates)
     new_train = TrainState(params=params, opt_state=opt_state, prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
-    probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
-                         carry.probe, carry.steps, grads, params)
+    probe = carry.probe
+    if setup.probe_index.size:  # diagnostics on: a side branch that reads, never writes, the training values
+        probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
+                             carry.probe, carry.steps, grads, params)
     new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
                       steps=carry.steps + 1, stopped=carry.stopped)
     return new, stats
@@ -1272,13 +1439,46 @@ def take_minibatch(batch, order, index, groups: int):
     return jax.tree.map(take, batch)
 
 
+def trajectory_order(key, num_envs: int, num_minibatches: int):
+    """An epoch's draw for whole-trajectory minibatches: [N/M, M], row b deals the M envs bM ... bM+M-1 of block b
+    one to each minibatch in a random order. Kinetix deals a random permutation of a device's envs; dealing within
+    blocks of M neighbours gives every minibatch the same share of each device's envs on any device count."""
+    blocks = num_envs // num_minibatches
+    dealt = jnp.broadcast_to(jnp.arange(num_minibatches), (blocks, num_minibatches))
+    return jax.random.permutation(key, dealt, axis=1, independent=True)
+
+
+def take_trajectories(batch, order, index):
+    """Minibatch `index` = all T steps of env bM + order[b, index] of every block b, from a [T, N, ...] batch; the
+    gather stays within each block, so a device reads only its own envs when M divides its env count."""
+    num_minibatches = order.shape[1]
+    cols = order[:, index]  # [N/M]
+
+    def take(x):
+        blocks = x.reshape((x.shape[0], -1, num_minibatches) + x.shape[2:])
+        picked = jnp.take_along_axis(blocks, cols.reshape((1, -1, 1) + (1,) * (x.ndim - 2)), axis=2)[:, :, 0]
+        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
+    return jax.tree.map(take, batch)
+
+
 def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
-    """Every sample once: minibatch = T/S steps of each of N/G envs (the same minibatches on any device count)."""
-    groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
-    order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
+    """Every sample once, in M minibatches of whole trajectories (default) or of T/S steps of each of N/G envs; the
+    same minibatches on any device count."""
+    if setup.minibatch_form == "trajectories":
+        order = trajectory_order(key, setup.num_envs, setup.num_minibatches)
+        mb_order = jnp.arange(setup.num_minibatches)  # membership is already random
+
+        def take(index):
+            return take_trajectories(batch, order, index)
+    else:
+        groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
+        order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
+
+        def take(index):
+            return take_minibatch(batch, order, index, groups)
 
     def step(carry, index):
-        return minibatch_step(setup, hyper, probe_on, carry, take_minibatch(batch, order, index, groups))
+        return minibatch_step(setup, hyper, probe_on, carry, take(index))
 
     def run(carry):
         carry, stats = jax.lax.scan(step, carry, mb_order)
@@ -1294,9 +1494,10 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
     envs = start_envs(setup, assign_levels(key_levels, runner.buffer.levels, fresh, setup.num_from_buffer))
     envs, (traj, episodes) = collect_rollout(setup, params, envs, key_rollout)
     _, last_value, _, _ = setup.network.apply(params, envs.obs)
-    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda)
+    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda, setup.bootstrap_time_limit)
     batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
-    probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
+    if setup.probe_index.size:
+        probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
     carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
                         stopped=jnp.zeros((), bool))
     keys = jax.random.split(key_update, setup.update_epochs)
@@ -1310,15 +1511,17 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
 def train_chunk(setup: Setup, max_updates: int, hyper: Hyper, fresh, runner: RunnerState, probe: Probe,
                 num_updates, probe_at):
     """Run num_updates (<= max_updates, dynamic: one compiled program for every chunk length) updates, update i on
-    the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe."""
+    the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe. Episodes come
+    back reduced (EpisodeStats per update), so what the host reads does not grow with N."""
     stats_buf = jnp.full((max_updates, 8), jnp.nan)
-    shape = (max_updates, setup.num_steps, setup.num_envs)
-    episodes_buf = Episodes(jnp.zeros(shape, bool), jnp.zeros(shape), jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool))
+    empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((setup.num_steps, setup.num_envs), d)
+                                                     for d in (bool, jnp.float32, jnp.int32, bool))))
+    episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
 
     def body(i, carry):
         runner, probe, stats_buf, episodes_buf = carry
         runner, probe, stats, episodes = update_iteration(setup, hyper, tree_take(fresh, i), runner, probe, i == probe_at)
-        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episodes)
+        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episode_stats(episodes))
         return runner, probe, stats_buf.at[i].set(stats), episodes_buf
 
     return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
@@ -1352,12 +1555,31 @@ def score_levels(setup: Setup, params, levels, key):
 # ---------------------------------------------------------------------------------------------------------
 # Diagnostics (SPEC §5): recorded inside the update behind lax.cond, read-only, no training RNG draws
 # ---------------------------------------------------------------------------------------------------------
+def ref_steps(num_steps: int) -> np.ndarray:
+    """The steps j whose policy is kept for ref KL(pi_J || pi_j): all J when J <= KL_REF_POINTS, else evenly spaced."""
+    if num_steps <= KL_REF_POINTS:
+        return np.arange(num_steps)
+    return np.unique(np.linspace(0, num_steps - 1, KL_REF_POINTS).round().astype(np.int64))
+
+
+def ref_slots(num_steps: int) -> np.ndarray:
+    """[J + 1]: where step j's policy goes in Probe.kept_logits, -1 if it is not kept."""
+    slots = np.full(num_steps + 1, -1, np.int32)
+    kept = ref_steps(num_steps)
+    slots[kept] = np.arange(len(kept))
+    return slots
+
+
 def empty_probe(setup: Setup, params, obs_example, num_diag: int) -> Probe:
+    if num_diag == 0:  # diagnostics off: nothing allocated (and nothing copied to the devices)
+        return Probe(*(jnp.zeros((0,)) for _ in dataclasses.fields(Probe)))
     d, a = setup.network.action_mask.shape
-    num_policies = setup.update_epochs * setup.num_minibatches + 1
+    num_steps = setup.update_epochs * setup.num_minibatches
     flat, _ = ravel_pytree(params)
+    logits = jnp.zeros((num_diag, d, a))
     return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
-                 logits=jnp.zeros((num_policies, num_diag, d, a)),
+                 start_logits=logits, last_logits=logits,
+                 kept_logits=jnp.zeros((len(ref_steps(num_steps)), num_diag, d, a)), seq_kl=jnp.zeros(num_steps),
                  obs=jax.tree.map(lambda x: jnp.zeros((num_diag,) + x.shape[1:], x.dtype), obs_example),
                  actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
 
@@ -1366,31 +1588,34 @@ def start_probe(setup: Setup, probe: Probe, params, batch: Batch) -> Probe:
     t, n = np.divmod(setup.probe_index, setup.num_envs)  # flat index t x N + n of the [T, N] batch
     obs, actions = jax.tree.map(lambda x: x[t, n], batch.obs), batch.action[t, n]
     logits, _, _, _ = setup.network.apply(params, obs)
-    return probe.replace(params_before=params, obs=obs, actions=actions, logits=probe.logits.at[0].set(logits),
+    return probe.replace(params_before=params, obs=obs, actions=actions, start_logits=logits, last_logits=logits,
+                         kept_logits=probe.kept_logits.at[0].set(logits), seq_kl=jnp.zeros_like(probe.seq_kl),
                          steps=jnp.zeros((), jnp.int32))
+
+
+def mean_policy_kl(logits_p, logits_q):
+    """Mean over states of KL(p || q) summed over action dimensions; the log-ratio is formed from logit differences
+    first (float32, on the device)."""
+    logp = jax.nn.log_softmax(logits_p, axis=-1)
+    log_ratio = (logits_p - logits_q) - (jax.nn.logsumexp(logits_p, -1, keepdims=True)
+                                         - jax.nn.logsumexp(logits_q, -1, keepdims=True))
+    return (jnp.exp(logp) * log_ratio).sum((-2, -1)).mean()
 
 
 def record_probe_step(setup: Setup, probe: Probe, step, grads, params) -> Probe:
     first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
     logits, _, _, _ = setup.network.apply(params, probe.obs)
-    return probe.replace(first_grad=first_grad, logits=probe.logits.at[step + 1].set(logits), steps=step + 1)
+    slot = jnp.asarray(ref_slots(probe.seq_kl.shape[0]))[step + 1]
+    at = jnp.maximum(slot, 0)
+    kept = probe.kept_logits.at[at].set(jnp.where(slot >= 0, logits, probe.kept_logits[at]))
+    return probe.replace(first_grad=first_grad, last_logits=logits, kept_logits=kept,
+                         seq_kl=probe.seq_kl.at[step].set(mean_policy_kl(logits, probe.last_logits)), steps=step + 1)
 
 
 def log_softmax64(logits: np.ndarray) -> np.ndarray:
     x = logits.astype(np.float64)
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-class PolicyKL:
-    """kl_between(i, j) = per-state KL(pi_i || pi_j), summed over the action dimensions (for kl_profile)."""
-
-    def __init__(self, logps):
-        self.logps = logps
-        self.num_policies = len(logps)
-
-    def __call__(self, i, j):
-        return categorical_kl(self.logps[i], self.logps[j]).sum(-1)
 
 
 def flat_params(params) -> np.ndarray:
@@ -1401,11 +1626,12 @@ def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_siz
     probe, train = fetch((probe, train))  # on every process (a collective); the rest is host math
     mask = np.asarray(setup.network.action_mask)
     steps = int(probe.steps)
-    logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
-    kl = PolicyKL(logps)
-    seq, ref = kl_profile(kl)
-    kl_behavior = float(np.mean(kl(0, steps)))
-    after, behavior = logps[-1], logps[0]
+    after, behavior = log_softmax64(probe.last_logits), log_softmax64(probe.start_logits)
+    seq = [float(x) for x in probe.seq_kl[:steps]]
+    kept = [j for j in ref_steps(len(probe.seq_kl)) if j < steps]  # --target-kl may have stopped early
+    ref = [float(np.mean(categorical_kl(after, log_softmax64(probe.kept_logits[slot])).sum(-1)))
+           for slot, _ in enumerate(kept)]
+    kl_behavior = float(np.mean(categorical_kl(behavior, after).sum(-1)))
     taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
     apply = jax.jit(setup.network.apply)
     prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
@@ -1434,7 +1660,7 @@ def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_siz
         out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
         out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
         out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-    return out, seq, ref
+    return out, seq, ref, [int(j) for j in kept]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1505,8 +1731,8 @@ def validate(args, argv: list) -> dict:
     check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
     check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
     for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
-                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers", "embed_dim", "num_heads",
-                 "transformer_depth", "eval_attempts", "updates_per_chunk"):
+                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers",
+                 "attention_size", "num_heads", "transformer_depth", "eval_attempts", "updates_per_chunk"):
         check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
                  "eval_level_seed"):
@@ -1523,33 +1749,47 @@ def validate(args, argv: list) -> dict:
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
           f"--sfl-filter-batch {filter_batch}; choose a divisor")
-    check(args.embed_dim % args.num_heads == 0,
-          f"--embed-dim {args.embed_dim} must be divisible by --num-heads {args.num_heads}")
+    check(args.embed_dim >= 2, f"--embed-dim must be >= 2 (got {args.embed_dim}): a shape's embedding ends with its kind")
+    check(args.attention_size % args.num_heads == 0,
+          f"--attention-size {args.attention_size} must be divisible by --num-heads {args.num_heads}")
+    check(args.num_heads % 4 == 0, f"--num-heads {args.num_heads} must be a multiple of 4: the heads share out the "
+          "observation's 4 attention masks")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check(args.minibatch_form in ("trajectories", "steps"),
+          f"--minibatch-form {args.minibatch_form!r} is not one of trajectories, steps")
     scaling = resolve_scaling(args)
+    check(args.minibatch_form == "steps" or args.num_envs % scaling["num_minibatches"] == 0,
+          f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
+          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass "
+          "--minibatch-form steps")
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
-    check(args.level_batch % devices == 0 and filter_batch % devices == 0,
-          f"--level-batch {args.level_batch} and --sfl-filter-batch {filter_batch} must be divisible by the {devices} "
-          "devices")
+    check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
     return scaling
 
 
 def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the level streams)."""
-    return {"env_size": args.env_size, "episode_length": args.episode_length, "network": args.network,
+    """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
+    keys, the update's form)."""
+    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length,
+            "network": args.network,
             "num_envs": args.num_envs, "no_sfl": args.no_sfl,
             "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
-            "num_heads": args.num_heads, "transformer_depth": args.transformer_depth,
+            "attention_size": args.attention_size, "num_heads": args.num_heads,
+            "transformer_depth": args.transformer_depth,
             "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
-            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype}
+            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
+            "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
 
 
 # signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
-# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations
-SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32"}
+# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
+# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
+# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
+                     "bootstrap_time_limit": True}
 
 
 def apply_scaling(args, scaling: dict) -> None:
@@ -1561,9 +1801,75 @@ def apply_scaling(args, scaling: dict) -> None:
     args.num_iterations = args.total_timesteps // args.batch_size
 
 
-def next_stop(iteration: int, args) -> int:
-    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end)."""
-    stops = [args.num_iterations, iteration + args.updates_per_chunk]
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def log_sizes(run_dir: str) -> dict:
+    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
+            if os.path.exists(os.path.join(run_dir, name))}
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
+    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
+    without recorded sizes keeps the rows up to its iteration."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if line.strip()
+                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
+        atomic_write(path, kept)
+
+
+class Phase:
+    """One line when a setup phase starts and one with its time when it ends, so that a first run on a CPU (minutes of
+    compiling) says what it is doing while it does it."""
+
+    def __init__(self, what: str, note: str = ""):
+        self.what, self.note = what, note
+
+    def __enter__(self):
+        self.t0 = time.time()
+        print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+
+
+class ActiveTimeLogger(RunLogger):
+    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
+    sessions before the resumed checkpoint plus this one, never the time between sessions."""
+
+    def __init__(self, *args, active_before: float = 0.0, session_start: Optional[float] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.active_before, self.session_start = active_before, session_start or time.time()
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration),
+               "wall_time": self.active_before + time.time() - self.session_start}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
+
+
+def next_stop(iteration: int, args, first: bool = False) -> int:
+    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end). A
+    session's first chunk is one update: it compiles the chunk, and a stop signal is answered right after."""
+    stops = [args.num_iterations, iteration + (1 if first else args.updates_per_chunk)]
     periods = [args.eval_every, args.diagnostics_every, args.checkpoint_every]
     if not args.no_sfl:
         periods.append(args.sfl_update_period)
@@ -1582,15 +1888,18 @@ class BuildConfig(NamedTuple):
     hidden_size: int
     num_hidden_layers: int
     embed_dim: int
+    attention_size: int
     num_heads: int
     transformer_depth: int
     num_envs: int
     num_steps: int
     num_minibatches: int
+    minibatch_form: str
     batch_size: int
     update_epochs: int
     gamma: float
     gae_lambda: float
+    bootstrap_time_limit: bool
     clip_vloss: bool
     norm_adv: bool
     use_ewma: bool
@@ -1613,12 +1922,16 @@ def build_config(args) -> BuildConfig:
     return BuildConfig(
         env_size=args.env_size, episode_length=args.episode_length, network=args.network, obs_dtype=args.obs_dtype,
         hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, num_heads=args.num_heads,
-        transformer_depth=args.transformer_depth, num_envs=args.num_envs, num_steps=args.num_steps,
-        num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
-        gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
+        num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
+        num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs,
+        num_steps=args.num_steps, num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form,
+        batch_size=args.batch_size, update_epochs=args.update_epochs,
+        gamma=args.gamma, gae_lambda=args.gae_lambda,
+        bootstrap_time_limit=args.bootstrap_time_limit, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
         use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
-        target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
+        target_kl=args.target_kl,
+        diagnostics_states=args.diagnostics_states if args.diagnostics_every else 0,
+        updates_per_chunk=args.updates_per_chunk,
         learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
         anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
         num_from_buffer=sfl_counts(args)[0], rollout_length=args.sfl_rollout_length,
@@ -1630,6 +1943,7 @@ class Programs(NamedTuple):
     """The jitted programs of a configuration (those over the global mesh wrapped in InStep)."""
     chunk: Any  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
     sample: Any  # keys [G] -> levels [G]
+    noop_solved: Any  # keys [G] -> [G, level_filter_ratio] bools: a no-op solves the candidate
     score: Any  # (params, levels [B], key) -> p [B]
     merge: Any  # (buffer, levels [B], p [B]) -> buffer
     first_solved: Any  # (levels [E], params, key) -> [E] bools, on one device
@@ -1642,8 +1956,8 @@ def build(cfg: BuildConfig, buffer_size: int):
     env, env_params, static_params = make_env(cfg.env_size, cfg.network, cfg.episode_length, cfg.obs_dtype)
     _, mask = action_layout(env, env_params)
     network = ActorCritic(action_mask=mask, network=cfg.network, hidden_size=cfg.hidden_size,
-                          num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim, num_heads=cfg.num_heads,
-                          depth=cfg.transformer_depth)
+                          num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim,
+                          attention_size=cfg.attention_size, num_heads=cfg.num_heads, depth=cfg.transformer_depth)
     schedule = cfg.learning_rate
     if cfg.anneal_lr:  # CleanRL: linear to zero, constant within an iteration
         steps_per_iteration = cfg.update_epochs * cfg.num_minibatches
@@ -1653,10 +1967,10 @@ def build(cfg: BuildConfig, buffer_size: int):
     mesh = env_mesh()
     setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
                   num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_minibatches=cfg.num_minibatches,
-                  update_epochs=cfg.update_epochs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
-                  clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
+                  minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
+                  gae_lambda=cfg.gae_lambda, bootstrap_time_limit=cfg.bootstrap_time_limit, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
                   imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
-                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),
+                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),  # empty: diagnostics off
                   max_timesteps=int(env_params.max_timesteps), num_from_buffer=cfg.num_from_buffer,
                   rollout_length=cfg.rollout_length)
     sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
@@ -1666,8 +1980,10 @@ def build(cfg: BuildConfig, buffer_size: int):
     eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
     programs = Programs(
         chunk=InStep("chunk", jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))),
-        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(sample_level, sampler)), in_shardings=sharded,
+        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(random_level, sampler)), in_shardings=sharded,
                                         out_shardings=sharded)),
+        noop_solved=InStep("noop_solved", jax.jit(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
+                                                  in_shardings=sharded, out_shardings=sharded)),
         score=InStep("score", jax.jit(functools.partial(score_levels, setup))),
         merge=InStep("merge", jax.jit(top_k_levels)),
         first_solved=jax.jit(functools.partial(first_episode_solved, eval_setup)),
@@ -1699,15 +2015,19 @@ def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerStat
     return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
 
 
-def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, period_index: int) -> RunnerState:
+def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, period_index: int,
+                   stopped=lambda: False) -> Optional[RunnerState]:
     """Every T updates (B26 Table 3): score N fresh random levels with the current policy, batch by batch, and keep
-    the K most learnable (the buffer is replaced, as in Kinetix's SFL)."""
+    the K most learnable (the buffer is replaced, as in Kinetix's SFL). None when stopped() turns true between
+    batches: the refresh is dropped, and a resumed run redoes it from the same keys."""
     batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.random.fold_in(filter_key, period_index)
     buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
     replicated = NamedSharding(env_mesh(), P())
     for b in range(args.sfl_num_levels // batch):
-        levels = sample_levels(programs.sample, args.level_batch, jax.random.fold_in(key, 2 * b), batch)
+        if b and stopped():
+            return None
+        levels = sample_levels(programs, args, jax.random.fold_in(key, 2 * b), batch)
         score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
         p = programs.score(runner.train.params, levels, score_key)
         buffer = programs.merge(buffer, levels, p)
@@ -1716,11 +2036,12 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
 
 def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: int):
     """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
-    update i's levels depend only on i, so chunking and resuming do not change them."""
+    update i's levels (one filter request, as Kinetix samples an update's levels in one call) depend only on i, so
+    chunking and resuming do not change them."""
     count = max(sfl_counts(args)[1], 1)
-    # the chunk's levels in one request: a call generates level_batch levels, however few one update needs
-    keys = jnp.concatenate([level_keys(jax.random.fold_in(fresh_key, first_iteration + i), 0, count) for i in range(n)])
-    levels = levels_from_keys(programs.sample, args.level_batch, keys)
+    # the chunk's levels in one go: a call generates level_batch levels, however few one update needs
+    requests = [jax.random.fold_in(fresh_key, first_iteration + i) for i in range(n)]
+    levels = sample_requests(programs, args, requests, count)
     pad = args.updates_per_chunk - n
 
     def per_update(x):  # [n * count, ...] -> [updates_per_chunk, F, ...]
@@ -1760,8 +2081,11 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    keys = jax.ShapeDtypeStruct((args.level_batch * jax.device_count(), 2), jnp.uint32, sharding=sharded)
     lowered = {"train_chunk": programs.chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
-               "level_sampler": programs.sample.lower(jax.ShapeDtypeStruct((args.level_batch, 2), jnp.uint32, sharding=sharded))}
+               "level_sampler": programs.sample.lower(keys)}
+    if args.level_filter_steps and args.level_filter_ratio > 1:
+        lowered["level_filter"] = programs.noop_solved.lower(keys)
     if not args.no_sfl:
         lowered["sfl_scoring"] = programs.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
     out = {}
@@ -1811,10 +2135,12 @@ def main():
 
     # Envs, levels and agent (seeding: one seed, separate streams for init/training, fresh levels, SFL candidates)
     t0 = time.time()
-    setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
-    fresh_key, filter_key = level_streams(args.seed)
-    example = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(0), 1))  # shapes for init
-    template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
+    with Phase("building the envs, the level generator and the agent",
+               "compiles Kinetix's random level generator the first time: minutes on a CPU"):
+        setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
+        fresh_key, filter_key = level_streams(args.seed)
+        example = fetch(levels_from_keys(programs.sample, args.level_batch, jax.random.PRNGKey(0)[None]))  # shapes
+        template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
         report = estimate_memory(setup, programs, args, template, example)
         for name, stats in report.items():
@@ -1846,8 +2172,10 @@ def main():
 
     # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
     eval_device = jax.local_devices()[0]
-    eval_random = fetch(sample_levels(programs.sample, args.level_batch, jax.random.PRNGKey(args.eval_level_seed),
-                                      max(args.eval_random_levels, 1)))
+    with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
+               "compiles the no-op filter the first time"):
+        eval_random = fetch(sample_levels(programs, args, jax.random.PRNGKey(args.eval_level_seed),
+                                          max(args.eval_random_levels, 1)))
     handmade = load_handmade_levels(args.env_size, static_params)
     handmade_names = handmade_level_names(args.env_size)
     num_handmade = len(handmade_names)
@@ -1862,19 +2190,24 @@ def main():
     eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
     print(f"levels, {num_handmade} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
 
-    # Run directory
+    # Run directory (absolute: run files record it); a resumed run's logs are cut back to its checkpoint
     if args.resume:
-        run_dir = ckpt["run_dir"]
+        run_dir = os.path.abspath(ckpt["run_dir"])
+        if lead:
+            cut_logs(run_dir, ckpt)
     else:
         run_name = f"Kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
+        run_dir = os.path.abspath(os.path.join(args.runs_dir, run_name))
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "handmade_levels": handmade_names, "train_levels": list(args.train_levels)}}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
-                       start_iteration if args.resume else 0, headline="charts/solve_rate_random") if lead else None
+    wall_offset = ckpt["wall_time"] if args.resume else 0.0
+    start_time = time.time()
+    logger = ActiveTimeLogger(run_dir, config, args, args.num_iterations * args.batch_size,
+                              start_iteration if args.resume else 0, headline="charts/solve_rate_random",
+                              active_before=wall_offset, session_start=start_time) if lead else None
     stop = StopFlag()
     lockstep("run directory")  # process 0 has written it
 
@@ -1883,20 +2216,20 @@ def main():
             logger.log(step, it, scalars)
 
     global_step = start_iteration * args.batch_size
-    wall_offset = ckpt["wall_time"] if args.resume else 0.0
     filter_seconds = ckpt.get("filter_seconds", 0.0) if args.resume else 0.0
-    start_time, timed_steps, timed_from = time.time(), 0, None
+    timed_steps, timed_from = 0, None
     status, iteration = "finished", start_iteration
 
     def checkpoint(iteration, runner):
         leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]  # on every process: a collective
         if not logger:
             return
+        logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
         save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
             "script": SCRIPT, "signature": signature(args), "iteration": iteration,
             "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
             "filter_seconds": filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-            "runner": leaves})
+            "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
 
     def run_eval(iteration, params):
         # every process evaluates the same on its own device, so that all stay in step; process 0 logs
@@ -1912,23 +2245,43 @@ def main():
         log(iteration * args.batch_size, iteration, scalars)
         return scalars
 
+    def stopped() -> bool:  # a stop signal, agreed by every process
+        stop.signum = agreed_signal(stop.signum)
+        return bool(stop.signum)
+
     last_eval = None
-    if args.eval_every and iteration == 0:  # the initial policy's solve rates: the baseline every later one is read against
-        run_eval(0, runner.train.params)
-    while iteration < args.num_iterations:
+    if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
+        with Phase(f"first evaluation: {args.eval_random_levels} random + {num_handmade} hand-designed levels x "
+                   f"{args.eval_attempts} attempts", "compiles the evaluation the first time"):
+            run_eval(0, runner.train.params)
+        if stopped():
+            status = "interrupted"
+            checkpoint(iteration, runner)
+    first = True
+    while iteration < args.num_iterations and status != "interrupted":
         if not args.no_sfl and iteration % args.sfl_update_period == 0:  # B26 Table 3: every T updates
             t_filter = time.time()
-            runner = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period)
-            stats_buffer = buffer_stats(fetch(runner.buffer))
+            with Phase(f"SFL buffer: scoring {args.sfl_num_levels} random levels for {args.sfl_rollout_length} "
+                       "steps each", "compiles the scoring the first time") if first else contextlib.nullcontext():
+                refreshed = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period,
+                                           stopped)
+            if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
+                status = "interrupted"
+                checkpoint(iteration, runner)
+                break
+            runner = refreshed
+            stats_buffer = buffer_stats(runner.buffer)
             filter_seconds += time.time() - t_filter
             log(global_step, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
-        end = next_stop(iteration, args)
+        end = next_stop(iteration, args, first)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
         fresh = listed if args.train_levels else fresh_levels(programs, args, fresh_key, iteration, n)
-        runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
-        # gathered global values, the same on every process: all take the same NaN decision below
-        stats, episodes = fetch((stats, episodes))
+        with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
+            runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
+            # gathered global values, the same on every process: all take the same NaN decision below
+            stats, episodes = fetch((stats, episodes))
+        first = False
         params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
         finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
         bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)
@@ -1942,21 +2295,19 @@ def main():
         for i in range(n if bad is None else bad):
             it = iteration + i + 1
             step = it * args.batch_size
-            ended = np.flatnonzero(episodes.done[i].ravel())
-            rets, lens, solved = (episodes.ep_return[i].ravel()[ended], episodes.ep_length[i].ravel()[ended],
-                                  episodes.solved[i].ravel()[ended])
-            for ret, length in zip(rets, lens):
-                log(step, it, {"charts/episodic_return": ret, "charts/episodic_length": length})
+            for row in episode_rows(episodes, i):
+                log(step, it, row)
             lr = scaling["learning_rate"] * (1.0 - (it - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
             scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
             scalars.update({name: stats[i, j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
-            if len(ended):
-                scalars["charts/train_solve_rate"] = float(np.mean(solved))
+            if episodes.count[i]:
+                scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
             if diag_at == it:
-                diag, seq, ref = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
+                diag, seq, ref, ref_at = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
                 scalars.update(diag)
                 if args.kl_profile and logger:
-                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref})
+                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref,
+                                        "ref_steps": ref_at})
             log(step, it, scalars)
         if bad is not None:
             print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
@@ -1984,9 +2335,9 @@ def main():
     summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9),
                "filter_seconds": filter_seconds, "filter_share": filter_seconds / max(wall_offset + elapsed, 1e-9)}
-    if status == "finished":
-        checkpoint(iteration, runner)
+    if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
         last_eval = run_eval(iteration, runner.train.params)
+        checkpoint(iteration, runner)
         summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
         summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
         print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
