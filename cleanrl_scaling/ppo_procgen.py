@@ -361,8 +361,12 @@ class RunLogger:
             kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
         atomic_write(path, "".join(kept).encode())
 
+    def wall_clock(self) -> float:
+        """A row's wall_time (a script that tracks active time across resumes overrides this)."""
+        return time.time()
+
     def log(self, step: int, iteration: int, scalars: dict) -> None:
-        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": self.wall_clock()}
         row.update({k: float(v) for k, v in scalars.items()})
         self.metrics.write(json.dumps(row) + "\n")
         for tag, value in scalars.items():

@@ -422,8 +422,12 @@ class RunLogger:
             kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
         atomic_write(path, "".join(kept).encode())
 
+    def wall_clock(self) -> float:
+        """A row's wall_time (a script that tracks active time across resumes overrides this)."""
+        return time.time()
+
     def log(self, step: int, iteration: int, scalars: dict) -> None:
-        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": time.time()}
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": self.wall_clock()}
         row.update({k: float(v) for k, v in scalars.items()})
         self.metrics.write(json.dumps(row) + "\n")
         for tag, value in scalars.items():
@@ -1853,17 +1857,8 @@ class ActiveTimeLogger(RunLogger):
         super().__init__(*args, **kwargs)
         self.active_before, self.session_start = active_before, session_start or time.time()
 
-    def log(self, step: int, iteration: int, scalars: dict) -> None:
-        row = {"global_step": int(step), "iteration": int(iteration),
-               "wall_time": self.active_before + time.time() - self.session_start}
-        row.update({k: float(v) for k, v in scalars.items()})
-        self.metrics.write(json.dumps(row) + "\n")
-        for tag, value in scalars.items():
-            self.tb.add_scalar(tag, float(value), int(step))
-        if self.wandb is not None:
-            self.wandb.log({**scalars, "global_step": step})
-        if self.headline in scalars:
-            self.last_headline = float(scalars[self.headline])
+    def wall_clock(self) -> float:
+        return self.active_before + time.time() - self.session_start
 
 
 def next_stop(iteration: int, args, first: bool = False) -> int:
