@@ -1,14 +1,11 @@
 """The network contract of the four torch scripts (docs/<script>.md, "Changing the network"): the example network
 printed on each page replaces the default one and runs a training iteration with diagnostics; a network with
 nothing to watch is refused at start with one line (exit code 2)."""
-import contextlib
 import importlib
-import io
 import json
 import math
 import os
 import re
-import signal
 import sys
 
 import numpy as np
@@ -18,6 +15,7 @@ import torch.nn as nn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from inprocess import main_inprocess  # noqa: E402
 
 # script -> (class the script builds, arguments of one tiny iteration with diagnostics)
 SCRIPTS = {
@@ -44,23 +42,6 @@ def documented_network(script):
     namespace = dict(vars(m))
     exec(code, namespace)
     return m, namespace[SCRIPTS[script][0]]
-
-
-def main_inprocess(m, args, root):
-    """The script's main() in this process; returns (exit code, stdout, stderr)."""
-    old_argv, handlers = sys.argv, {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.argv = [m.__file__, "--runs-dir", str(root / "runs")] + args
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            m.main()
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old_argv
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_documented_networks_are_not_sequential_relu_stacks():

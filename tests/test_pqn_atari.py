@@ -1,7 +1,5 @@
 """pqn_atari.py: Q(lambda) and the exploration schedule against hand-computed values, then runs of the script.
 The runs share a few tiny trainings (module-scoped fixtures), most of them in-process to save interpreter starts."""
-import contextlib
-import io
 import json
 import math
 import os
@@ -19,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "pqn_atari.py")
 sys.path.insert(0, ROOT)
 from cleanrl_scaling import pqn_atari as m  # noqa: E402
+from inprocess import main_inprocess as run_inprocess  # noqa: E402
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "2", "--eval-envs", "2",
         "--progress", "none"]
@@ -46,19 +45,7 @@ def run_dirs(root):
 
 def main_inprocess(args, root):
     """Run the script's main() in this process (no interpreter start); returns (exit code, stdout, stderr)."""
-    old_argv, handlers = sys.argv, {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.argv = [SCRIPT, "--runs-dir", str(root / "runs")] + args
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            m.main()
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old_argv
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    return code, out.getvalue(), err.getvalue()
+    return run_inprocess(m, args, root)
 
 
 # ------------------------------------------------------------------------------------------------ Q(lambda)
