@@ -1,7 +1,15 @@
-# PPO on Procgen (envpool or the procgen package): CleanRL's ppo_procgen.py plus the scaling flags and diagnostics
-# of B26 (beukman2026), M25 (mayor2025) and H25 (honari2025), and Cobbe et al.'s train/test levels. Docs: docs/ppo_procgen.md
+"""PPO on Procgen (envpool or the procgen package): CleanRL's ppo_procgen.py plus the scaling flags of B26
+(beukman2026; §5, App. D), the experiments of M25 (mayor2025; §4-5), the diagnostics of B26 §4.4, M25 App. B and
+H25 (honari2025; Fig. 2), and Cobbe et al.'s train/test levels (--num-levels, --eval-every).
+
+    python cleanrl_scaling/ppo_procgen.py --env-id starpilot --num-levels 200 --eval-every 25
+
+Docs: docs/ppo_procgen.md. Read top to bottom: Args, then the algorithm (envs, network, rollout, GAE, loss, update,
+diagnostics, evaluation, main); below the marked line, the infrastructure every script shares.
+"""
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -148,6 +156,892 @@ class Args(ScalingArgs, RunArgs):
     """the number of iterations (computed in runtime)"""
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Environment and agent
+# ---------------------------------------------------------------------------------------------------------
+GAMES = ["bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",
+         "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot"]
+
+
+def import_envpool():
+    with contextlib.redirect_stderr(io.StringIO()):  # envpool imports the old gym, which prints a notice
+        import envpool
+    return envpool
+
+
+def envpool_id(game: str, mode: str) -> str:
+    return f"{game.capitalize()}{mode.capitalize()}-v0"  # starpilot, easy -> StarpilotEasy-v0
+
+
+class EnvpoolProcgen:
+    """envpool's Procgen: frames [N, 64, 64, 3] uint8, the game's own rewards. It resets an env on the step
+    *after* the one that ended its episode; that step ignores the action (masked out of the loss)."""
+    ignores_step_after_done = True
+
+    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
+        self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
+                                          num_levels=num_levels, start_level=start_level, channel_first=False)
+        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
+
+    def reset(self):
+        return self.envs.reset()
+
+    def step(self, actions):
+        obs, reward, term, trunc, info = self.envs.step(actions)
+        return obs, reward, term, trunc, {"elapsed_step": info["elapsed_step"]}
+
+    def get_state(self):
+        return None  # envpool cannot read its C++ env state: a resumed run restarts the envs (SPEC §6)
+
+    def close(self):
+        self.envs.close()
+
+
+class ProcgenPackage:
+    """The procgen package's ProcgenEnv behind the same interface. It resets in the same step that ends an
+    episode (the returned frame is the new episode's first), so no step is ignored; every end is a termination."""
+    ignores_step_after_done = False
+
+    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
+        import gymnasium
+        with contextlib.redirect_stderr(io.StringIO()):
+            from procgen import ProcgenEnv
+        self.envs = ProcgenEnv(num_envs=num_envs, env_name=game, num_levels=num_levels, start_level=start_level,
+                               distribution_mode=mode, rand_seed=seed)
+        space = self.envs.observation_space["rgb"]
+        self.observation_space = gymnasium.spaces.Box(0, 255, space.shape, space.dtype)
+        self.action_space = gymnasium.spaces.Discrete(self.envs.action_space.n)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self):
+        self.lengths[:] = 0
+        return self.envs.reset()["rgb"], {}
+
+    def step(self, actions):
+        obs, reward, done, _ = self.envs.step(actions)
+        self.lengths += 1
+        info = {"elapsed_step": self.lengths.copy()}
+        self.lengths[done] = 0
+        return obs["rgb"], reward.astype(np.float32), done, np.zeros_like(done), info
+
+    def get_state(self):
+        """The games' full state (gym3's get_state) and the step counters: enough for a bit-exact resume."""
+        return {"games": self.envs.env.get_state(), "lengths": self.lengths.copy()}
+
+    def set_state(self, state):
+        self.envs.env.set_state(state["games"])
+        self.lengths[:] = state["lengths"]
+
+    def close(self):
+        self.envs.close()
+
+
+def make_envs(args, num_envs: int, seed: int, test: bool = False):
+    """Training envs on levels [start_level, start_level + num_levels), or with test=True the full level
+    distribution (Cobbe et al. 2020's generalisation protocol)."""
+    backend = EnvpoolProcgen if args.env_backend == "envpool" else ProcgenPackage
+    num_levels, start_level = (0, 0) if test else (args.num_levels, args.start_level)
+    return backend(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level)
+
+
+class RewardNormalizer:
+    """CleanRL's gym.wrappers.NormalizeReward + clip (gym 0.23): rewards divided by the running std of each
+    env's discounted return, then clipped to +-clip. The std runs over steps whose action the env used."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8, world_size: int = 1,
+                 device="cpu"):
+        self.gamma, self.clip, self.epsilon, self.world_size, self.device = gamma, clip, epsilon, world_size, device
+        self.returns = np.zeros(num_envs)
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # gym's RunningMeanStd prior
+
+    def update_moments(self, x: np.ndarray) -> None:
+        """Chan et al.'s parallel update of the running mean and (population) variance."""
+        batch_mean, batch_var, n = float(np.mean(x)), float(np.var(x)), len(x)
+        delta, total = batch_mean - self.mean, self.count + n
+        m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total
+        self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, used: np.ndarray) -> np.ndarray:
+        self.returns = self.returns * self.gamma + reward
+        # one statistic over all envs, as CleanRL's wrapper over its vector env: under torchrun all ranks' returns
+        returns, used = self.returns, used
+        if self.world_size > 1:
+            both = torch.as_tensor(np.stack([returns, used]), device=self.device)
+            returns, used = gather_envs(both, self.world_size, dim=1).cpu().numpy()
+            used = used > 0
+        if used.any():
+            self.update_moments(returns[used])
+        normalized = reward / np.sqrt(self.var + self.epsilon)
+        self.returns[done] = 0.0
+        return np.clip(normalized, -self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.copy(), "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns = state["returns"].copy()
+        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+# IMPALA CNN (Espeholt et al. 2018), as CleanRL's ppo_procgen: PyTorch's default init in the trunk,
+# orthogonal init in the heads. Every ReLU is a module of its own: the diagnostics read their outputs.
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.relu0, self.relu1 = nn.ReLU(), nn.ReLU()
+
+    def forward(self, x):
+        return x + self.conv1(self.relu1(self.conv0(self.relu0(x))))
+
+
+class ConvSequence(nn.Module):
+    """conv 3x3, max-pool 3x3 stride 2 (halves the frame), two residual blocks."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.res0, self.res1 = ResidualBlock(out_channels), ResidualBlock(out_channels)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
+        return self.res1(self.res0(x))
+
+
+class ImpalaCNN(nn.Module):
+    """64x64x3 frames -> 256 features: conv sequences of 16, 32, 32 channels, ReLU, dense 256, ReLU (M25 Table 2)."""
+
+    def __init__(self, channels=(16, 32, 32), size: int = 64, hidden: int = 256):
+        super().__init__()
+        stacks, in_channels = [], 3
+        for out_channels in channels:
+            stacks.append(ConvSequence(in_channels, out_channels))
+            in_channels, size = out_channels, (size + 1) // 2
+        self.stacks = nn.ModuleList(stacks)
+        self.dense = nn.Linear(in_channels * size * size, hidden)
+        self.relu, self.dense_relu = nn.ReLU(), nn.ReLU()
+
+    def forward(self, x):
+        for stack in self.stacks:
+            x = stack(x)
+        return self.dense_relu(self.dense(self.relu(x).flatten(1)))
+
+
+class Agent(nn.Module):
+    """The contract the rest of the script relies on (docs/ppo_procgen.md, Changing the network):
+    agent(uint8 frames [B, 64, 64, 3]) -> (logits [B, A], value [B]); optional: watched_activations() and
+    critic_parameters(), read by the diagnostics."""
+
+    def __init__(self, num_actions: int, separate_encoders: bool = False, channels_last: bool = False):
+        super().__init__()
+        self.channels_last = channels_last
+        self.network = ImpalaCNN()
+        self.critic_network = ImpalaCNN() if separate_encoders else None  # M25 §5.2
+        self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(256, 1), std=1)
+
+    def preprocess(self, obs):
+        """uint8 frames [B, 64, 64, 3] -> float [B, 3, 64, 64] in [0, 1]. The permuted view of HWC frames is
+        already channels-last in memory: no copy unless the default layout is asked for."""
+        x = obs.permute(0, 3, 1, 2)
+        if not self.channels_last:
+            x = x.contiguous()
+        return x.float().mul_(1.0 / 255.0)
+
+    def forward(self, obs):
+        """uint8 frames [B, 64, 64, 3] -> (logits, value)."""
+        x = self.preprocess(obs)
+        hidden = self.network(x)
+        critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
+        if hidden.dtype == torch.float32:
+            return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
+        # --bf16: the trunk runs in bf16, the two heads in fp32, so stored values and log-probs are not rounded
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
+
+    def watched_activations(self) -> dict:
+        """The ReLUs of each trunk, whose outputs the diagnostics read; the last to run gives the 256 features."""
+        trunks = {"": activation_modules(self.network)}
+        if self.critic_network is not None:
+            trunks["critic_"] = activation_modules(self.critic_network)
+        return trunks
+
+    def critic_parameters(self) -> list:
+        """The critic's own parameters (critic_weight_norm): none when it shares the actor's trunk."""
+        if self.critic_network is None:
+            return []
+        return list(self.critic_network.parameters()) + list(self.critic.parameters())
+
+
+def sample_actions(logits: torch.Tensor, generator=None) -> tuple:
+    """Gumbel-max sampling: the same distribution as Categorical(logits).sample(), without its overhead."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    noise = torch.empty_like(logp_all).exponential_(generator=generator).log_()
+    actions = torch.argmax(logp_all - noise, dim=-1)
+    return actions, logp_all.gather(-1, actions[:, None]).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout, advantages and update
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Storage:
+    obs: torch.Tensor  # uint8 [T, N, 64, 64, 3]
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor  # normalised (what PPO learns from)
+    dones: torch.Tensor  # an episode ended between obs[t-1] and obs[t] (envpool: obs[t] is its last frame)
+    terminations: torch.Tensor  # ... by termination (no bootstrap); an envpool truncation bootstraps from V(obs[t])
+    values: torch.Tensor
+
+
+def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
+    def zeros(dtype=torch.float32, shape=()):
+        return torch.zeros((num_steps, num_envs) + shape, dtype=dtype, device=device)
+    return Storage(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), logprobs=zeros(),
+                   rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
+
+
+class EpisodeStats:
+    """The game's own return (before normalisation) and length of every finished episode."""
+
+    def __init__(self, num_envs):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, reward, ended, elapsed_step) -> list:
+        self.returns += reward
+        finished = [(float(self.returns[i]), int(elapsed_step[i])) for i in np.flatnonzero(ended)]
+        self.returns[ended] = 0.0
+        return finished
+
+
+def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """On CPU one memcpy: torch's copy wakes its OpenMP pool for a few hundred kB and takes far longer."""
+    if dst.device.type == "cpu":
+        np.copyto(dst.numpy(), src.numpy())
+    else:
+        dst.copy_(src)
+
+
+def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, world_size=1, rank=0):
+    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
+    every rank samples the whole batch's actions from all ranks' logits and keeps its own envs' (torchrun = one
+    process, SPEC §7)."""
+    next_obs, next_done, next_term = state
+    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
+    finished = []
+    # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
+    # rollout) once, not at every step
+    with torch.no_grad(), autocast():
+        for step in range(args.num_steps):
+            store_frames(storage.obs[step], next_obs)
+            storage.dones[step] = next_done
+            storage.terminations[step] = next_term
+            logits, value = agent(next_obs)
+            action, logprob = sample_actions(gather_envs(logits.float(), world_size))
+            action, logprob = action[own], logprob[own]
+            storage.values[step] = value.float()
+            storage.actions[step] = action
+            storage.logprobs[step] = logprob
+            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
+            ended = np.logical_or(term, trunc)
+            finished += stats.update(reward, ended, info["elapsed_step"])
+            if normalizer is not None:
+                used = next_done.cpu().numpy() == 0 if envs.ignores_step_after_done else np.ones_like(ended)
+                reward = normalizer(reward, ended, used)
+            storage.rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(obs_np, device=device)
+            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(ended, dtype=torch.float32, device=device)
+    return finished, (next_obs, next_done, next_term)
+
+
+def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
+    """GAE (Schulman et al. 2016): dones[t+1] says an episode ended between obs[t] and obs[t+1] (envpool:
+    obs[t+1] is its last frame; procgen: the next episode's first), so the trace stops there; only a
+    termination (not an envpool truncation) drops the bootstrap V(obs[t+1])."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            v_next, done_next, term_next = next_value, next_done, next_term
+        else:
+            v_next, done_next, term_next = values[t + 1], dones[t + 1], terminations[t + 1]
+        delta = rewards[t] + gamma * v_next * (1.0 - term_next) - values[t]
+        lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def normalize_advantages(advantages, valid, world_size=1):
+    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std); under torchrun
+    over every rank's share of the minibatch."""
+    count = sum_over_ranks(valid.sum(), world_size)
+    mean = sum_over_ranks((advantages * valid).sum(), world_size) / count.clamp(min=1.0)
+    var = sum_over_ranks(((advantages - mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
+    return (advantages - mean) / (var.sqrt() + 1e-8)
+
+
+NUM_LOSS_STATS = 6  # policy loss, value loss, entropy, old_approx_kl, approx_kl, clipfrac
+
+
+def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, summed over the valid samples
+    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean
+    (a step whose action envpool ignored, right after a done, carries no learning signal)."""
+    logits, newvalue = agent(obs)
+    logits, newvalue = logits.float(), newvalue.float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    newlogprob = logp_all.gather(-1, actions[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    logratio = newlogprob - logprobs
+    ratio = logratio.exp()
+    def mean(x):
+        return (x * valid).sum() / count
+    with torch.no_grad():
+        old_approx_kl = mean(-logratio)
+        approx_kl = mean((ratio - 1) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
+    pg_loss = mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
+    if args.clip_vloss:
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * mean(torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2))
+    else:
+        v_loss = 0.5 * mean((newvalue - returns) ** 2)
+    entropy_loss = mean(entropy)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
+    return loss, stats
+
+
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss, world_size=1) -> torch.Tensor:
+    """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
+    (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
+    torchrun idx is this rank's share of the minibatch, and the count and the advantage statistics are the
+    whole minibatch's."""
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
+    valid = b_valid[idx]
+    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    advantages = normalize_advantages(b_advantages[idx], valid, world_size) if args.norm_adv else b_advantages[idx]
+    chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
+    stats = torch.zeros(NUM_LOSS_STATS, device=b_valid.device)
+    for c in range(0, len(idx), chunk):
+        j = idx[c:c + chunk]
+        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
+        with autocast():
+            loss, chunk_stats = loss_fn(agent, obs, b_actions[j], b_logprobs[j], advantages[c:c + chunk],
+                                         b_returns[j], b_values[j], valid[c:c + chunk], count, args)
+        loss.backward()
+        stats = stats + chunk_stats
+    return stats
+
+
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
+    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
+    device = batch[0].device
+    n = batch[0].shape[0] * world_size
+    clipfrac_sum = torch.zeros((), device=device)
+    grad_norm_sum = torch.zeros((), device=device)
+    steps = 0
+    for epoch in range(args.update_epochs):
+        perm = torch.randperm(n, device=device)
+        for start in range(0, n, mb_size):
+            optimizer.zero_grad(set_to_none=True)
+            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
+            stats = sum_over_ranks(minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, world_size), world_size)
+            if world_size > 1:
+                allreduce_gradients(agent, world_size)
+            if probe is not None and steps == 0:
+                probe.first_gradient(agent)
+            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            clipfrac_sum += stats[5]
+            steps += 1
+            if probe is not None:
+                probe.after_step(agent)
+        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+            break
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# ---------------------------------------------------------------------------------------------------------
+def flat_numpy(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
+
+
+PROFILE_BYTES = 256 << 20  # the KL profile keeps log pi(.|s) of every policy pi_0..pi_J; beyond this, fewer states
+
+
+class DiagnosticProbe:
+    def __init__(self, agent, obs, actions, autocast, chunk, num_policies):
+        self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
+        self.params_before = [p.detach().clone() for p in agent.parameters()]
+        self.behavior = self.policy_logp(agent, obs)  # pi_0 = the behaviour policy, on every diagnostic state
+        # H25 Fig. 2 at J ~ 10^3 minibatch steps: (J + 1) x S x A float64 log-probs and J forwards over S would be
+        # ~0.6 GB and a thousand CNN passes; the profile uses an evenly strided subset of S within PROFILE_BYTES
+        keep = max(2, min(len(obs), PROFILE_BYTES // (8 * self.behavior.shape[1] * num_policies)))
+        self.profile_idx = diagnostic_states(len(obs), keep)
+        self.profile_obs = obs[torch.as_tensor(self.profile_idx, device=obs.device)] if keep < len(obs) else obs
+        self.logps = [self.behavior[self.profile_idx]]
+        self.grad = None
+
+    def policy_logp(self, agent, obs) -> np.ndarray:
+        with torch.no_grad(), self.autocast():
+            logits = torch.cat([agent(part)[0] for part in obs.split(self.chunk)])
+        return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+    def representation(self, agent) -> dict:
+        """{trunk prefix: (penultimate features [S, 256], per hidden layer mean |h| of every unit per state)}, chunk
+        by chunk: all feature_ranks and dormant_fractions need, in bounded memory."""
+        return record_activations(agent, self.obs.split(self.chunk))
+
+    def first_gradient(self, agent):
+        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
+
+    def after_step(self, agent):
+        self.logps.append(self.policy_logp(agent, self.profile_obs))
+
+    def __call__(self, i, j):
+        return categorical_kl(self.logps[i], self.logps[j])
+
+    @property
+    def num_policies(self):
+        return len(self.logps)
+
+    def results(self, agent, batch_size, grad_norm) -> tuple:
+        full_profile = len(self.profile_idx) == len(self.obs)
+        logp_behavior, logp_after = self.behavior, self.logps[-1] if full_profile else self.policy_logp(agent, self.obs)
+        kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
+        seq, ref = kl_profile(self)
+        acts = self.actions.cpu().numpy()
+        log_ratio = np.take_along_axis(logp_after - logp_behavior, acts[:, None], axis=1)[:, 0]
+        out = {
+            "diagnostics/kl_behavior": kl_behavior,
+            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+            "diagnostics/seq_kl_mean": float(np.mean(seq)),
+            "diagnostics/ref_kl_mean": float(np.mean(ref)),
+            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
+            "diagnostics/grad_norm": float(grad_norm),
+            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
+            "diagnostics/ess_pct": ess_pct(log_ratio),
+            "diagnostics/policy_variance": policy_variance(np.exp(logp_after)),
+            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
+        }
+        for prefix, (features, magnitudes) in self.representation(agent).items():
+            rank, srank = feature_ranks(features)
+            dormant = dormant_fractions(magnitudes)
+            out[f"diagnostics/{prefix}feature_rank"] = rank
+            out[f"diagnostics/{prefix}srank"] = srank
+            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+        out.update(actor_critic_weight_norms(agent))
+        return out, seq, ref
+
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation on the full level distribution (Cobbe et al. 2020): the game's own score, sampled actions
+# ---------------------------------------------------------------------------------------------------------
+def evaluate(agent, args, episodes, seed, device, autocast):
+    """One episode in each of `episodes` test envs. Its own torch generator: training's RNG stream is untouched."""
+    envs = make_envs(args, episodes, seed, test=True)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    obs, _ = envs.reset()
+    returns = np.zeros(episodes)
+    episode_returns = np.full(episodes, np.nan)
+    with torch.no_grad(), autocast():
+        while np.isnan(episode_returns).any():
+            logits, _ = agent(torch.as_tensor(obs, device=device))
+            action, _ = sample_actions(logits.float(), generator)
+            obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
+            returns += reward
+            ended = np.logical_or(term, trunc) & np.isnan(episode_returns)
+            episode_returns[ended] = returns[ended]
+    envs.close()
+    return episode_returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: the algorithm box; set-up, resume and run-directory plumbing in the named functions above it
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_procgen"
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check_finite_floats(args)
+    check(args.env_id in GAMES, f"--env-id {args.env_id!r} is not a Procgen game (e.g. starpilot, bigfish, coinrun)")
+    # the (game, mode) pairs Procgen defines are the ones envpool registers (e.g. no bigfish extreme)
+    modes = [m for m in ("easy", "hard", "extreme", "memory") if envpool_id(args.env_id, m) in import_envpool().list_all_envs()]
+    check(args.distribution_mode in modes,
+          f"--distribution-mode {args.distribution_mode}: {args.env_id} has only {', '.join(modes)}")
+    check(args.num_levels >= 0, f"--num-levels must be >= 0 (got {args.num_levels}; 0 = all levels)")
+    check(args.start_level >= 0, f"--start-level must be >= 0 (got {args.start_level})")
+    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check_ppo_flags(args)
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
+    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
+    check(not args.capture_video, "--capture-video: not supported here; evaluate the saved model with --save-model")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check(args.num_envs % world_size == 0,
+          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
+    check(args.total_timesteps >= scaling["batch_size"],
+          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
+    return {"env_id": args.env_id, "distribution_mode": args.distribution_mode, "env_backend": args.env_backend,
+            "num_levels": args.num_levels, "start_level": args.start_level, "norm_reward": args.norm_reward,
+            "separate_encoders": args.separate_encoders, "num_envs": args.num_envs, "num_steps": args.num_steps}
+
+
+def read_args() -> tuple:
+    """Args from the command line with the scaling resolved, and the checkpoint to resume (or None); every usage
+    error exits 2 here, before anything heavy starts."""
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    return args, scaling, ckpt
+
+
+def init_distributed(args) -> tuple:
+    """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
+    (SPEC §7); a single process is world 1, rank 0."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return world_size, rank, device
+
+
+def seed_everything(args, rank: int) -> None:
+    """One torch stream on every rank (the same weights; every rank draws the whole batch's samples)."""
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+
+def build_agent(args, num_actions: int, device) -> tuple:
+    """The agent and its Adam; the torch stream is reseeded after the weights are drawn (CleanRL's order)."""
+    agent = Agent(num_actions, args.separate_encoders, args.channels_last).to(device)
+    if args.channels_last:
+        agent = agent.to(memory_format=torch.channels_last)
+    if args.diagnostics_every > 0:
+        try:
+            check_watched_activations(agent, SCRIPT)
+        except UsageError as e:
+            exit_usage(e)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
+    torch.manual_seed(args.seed)
+    return agent, optimizer
+
+
+def restore(ckpt: dict, agent, optimizer, args, rank: int, device) -> None:
+    """Weights, Adam state and this rank's RNG streams from a checkpoint."""
+    agent.load_state_dict(ckpt["agent"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
+    rng = ckpt["rng"][rank]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+def restore_envs(saved_envs: dict, envs, stats, normalizer, state, continue_games: bool, local_envs: int, device):
+    """The running reward std continues; the games and the episodes' accumulators only where the envs continue
+    too (procgen). Returns the rollout state."""
+    if normalizer is not None:
+        normalizer.load_state_dict(saved_envs["normalizer"])
+        normalizer.returns = normalizer.returns if continue_games else np.zeros(local_envs)
+    if continue_games:
+        envs.set_state(saved_envs["games"])
+        stats.returns = saved_envs["episode_returns"].copy()
+        state = tuple(torch.as_tensor(x, device=device) for x in saved_envs["rollout_state"])
+    return state
+
+
+def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> tuple:
+    """(logger, run_dir): a new run directory, or the resumed run's; only rank 0 logs (its logger; None elsewhere)."""
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
+    return logger, logger.run_dir if logger else run_dir
+
+
+class Clock:
+    """Wall-clock bookkeeping: SPS without the first iteration (warm-up), and the run's wall time across resumes."""
+
+    def __init__(self, batch_size: int, wall_offset: float):
+        self.batch_size, self.wall_offset = batch_size, wall_offset
+        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
+
+    def tick(self) -> float:
+        """Called once per iteration; the SPS so far."""
+        now = time.time()
+        if self.timed_from is None:  # SPS excludes the first iteration (warm-up)
+            self.timed_from, self.timed_steps = now, 0
+        else:
+            self.timed_steps += self.batch_size
+        return self.timed_steps / (now - self.timed_from) if self.timed_steps else self.batch_size / (now - self.start)
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.start
+
+    def final_sps(self, steps_taken: int, global_step: int) -> tuple:
+        """(SPS after warm-up, SPS with warm-up) of this process's steps."""
+        elapsed = time.time() - self.start
+        sps = (self.timed_steps / (time.time() - self.timed_from) if self.timed_from and self.timed_steps
+               else global_step / max(elapsed, 1e-9))
+        return sps, steps_taken / max(elapsed, 1e-9)
+
+
+def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent, optimizer, envs, stats, normalizer,
+                        state, world_size, rank, device):
+    """latest.ckpt: weights, Adam, and every rank's RNG streams and env state (gathered to rank 0, which writes)."""
+    rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}]
+    env_states = [{"games": envs.get_state(), "episode_returns": stats.returns.copy(),
+                   "normalizer": normalizer.state_dict() if normalizer is not None else None,
+                   "rollout_state": [x.cpu().numpy() for x in state]}]
+    if world_size > 1:
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, rngs[0])
+        rngs = gathered
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, env_states[0])
+        env_states = gathered
+    if rank == 0:
+        save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+            "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+            "wall_time": wall_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+            "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
+            "optimizer": optimizer.state_dict(), "rng": rngs, "envs": env_states})
+
+
+def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int):
+    """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
+    the ranks that hold them."""
+    idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
+    diag_obs = gather_rows(batch[0], idx, args.num_envs, rank, world_size)
+    diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
+    # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+    chunk = 128 if device.type == "cpu" else args.update_chunk_size
+    if rank != 0:
+        return None
+    return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, chunk, args.num_minibatches * args.update_epochs + 1)
+
+
+def all_finite(loss_stats: np.ndarray, agent, world_size: int, device) -> bool:
+    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
+    return all_ranks_agree(finite, world_size, device)
+
+
+def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm,
+                  device, autocast):
+    """Rank 0: the finished episodes, CleanRL's charts and losses, the test-level return every --eval-every
+    iterations, and the diagnostics when the probe ran."""
+    for ep_return, ep_length in finished:
+        logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
+    scalars = {
+        "charts/learning_rate": lr,
+        "charts/SPS": sps,
+        "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
+        "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
+        "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+        "losses/explained_variance": ev,
+    }
+    if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
+        # Cobbe et al.: the return on the full level distribution, against training's on num_levels
+        agent.eval()
+        test_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000 + iteration, device, autocast)
+        scalars["charts/test_return"] = float(np.mean(test_returns))
+    if probe is not None:
+        diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
+        scalars.update(diag)
+        if args.kl_profile:
+            logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
+    logger.log(global_step, iteration, scalars)
+    logger.progress(global_step, sps)
+
+
+def finish_run(logger, args, status, global_step, iteration, clock, steps_taken, agent, device, autocast, run_dir):
+    """Rank 0: summary.json, and with --save-model the model file and its return on the full level distribution."""
+    final_sps, sps_with_warmup = clock.final_sps(steps_taken, global_step)
+    summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+               "SPS_with_warmup": sps_with_warmup}
+    if args.save_model and status == "finished":
+        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+        torch.save({k: v.cpu() for k, v in agent.state_dict().items()}, model_path)
+        agent.eval()
+        episodic_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000, device, autocast)
+        for ep_return in episodic_returns:
+            logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
+        summary["eval_mean_return"] = float(np.mean(episodic_returns))
+        print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} "
+              "episodes on the full level distribution")
+    logger.close(summary)
+    print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
+    if status == "interrupted":
+        print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
+
+
+def main():
+    args, scaling, ckpt = read_args()
+    world_size, rank, device = init_distributed(args)
+    local_envs = args.num_envs // world_size
+    if rank == 0:
+        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
+    seed_everything(args, rank)
+
+    # Envs. procgen's games save their state, so a resumed run continues them bit for bit; envpool's cannot,
+    # so a resumed envpool run restarts them with a fresh seed (SPEC §6)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    saved_envs = ckpt["envs"][rank] if ckpt else None
+    continue_games = saved_envs is not None and saved_envs["games"] is not None
+    env_seed = args.seed + rank * local_envs + (0 if continue_games else 1_000_003 * start_iteration)
+    envs = make_envs(args, local_envs, env_seed)
+    if ckpt and rank == 0:
+        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); " +
+              ("envs continue from their saved state" if continue_games else f"envs restart with seed {env_seed}"))
+    agent, optimizer = build_agent(args, envs.action_space.n, device)
+    if ckpt:
+        restore(ckpt, agent, optimizer, args, rank, device)
+    autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    loss_fn = maybe_compile(ppo_loss, args.compile)
+    logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
+    stop = StopFlag()
+
+    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    stats = EpisodeStats(local_envs)
+    normalizer = RewardNormalizer(local_envs, args.gamma, world_size=world_size, device=device) if args.norm_reward else None
+    obs_np, _ = envs.reset()
+    zeros = torch.zeros(local_envs, device=device)
+    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)  # (obs, done, terminated) of the next step
+    if ckpt:
+        state = restore_envs(saved_envs, envs, stats, normalizer, state, continue_games, local_envs, device)
+    global_step = start_step = ckpt["global_step"] if ckpt else 0
+    clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
+    status, iteration = "finished", start_iteration
+
+    def checkpoint(iteration):
+        save_run_checkpoint(run_dir, args, iteration, global_step, clock.wall_time(), agent, optimizer, envs, stats,
+                            normalizer, state, world_size, rank, device)
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        # Rollout: num_steps x local_envs transitions under the current policy
+        agent.eval()
+        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
+                                          world_size, rank)
+        finished = gather_list(finished, world_size)
+        global_step += args.batch_size
+
+        # GAE on the rollout, bootstrapped from the value of the next state
+        with torch.no_grad(), autocast():
+            _, next_value = agent(state[0])
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
+                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
+        # Flatten the batch; under envpool a step right after a done was ignored by the env and is masked out
+        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+        valid = 1.0 - storage.dones if envs.ignores_step_after_done else torch.ones_like(storage.dones)
+        batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
+                 returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
+        probe = None
+        if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
+            probe = make_probe(agent, batch, args, autocast, device, rank, world_size)
+
+        # PPO update: update_epochs passes over shuffled minibatches of the clipped surrogate
+        agent.train()
+        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
+                                          world_size, probe, loss_fn, rank)
+        # explained variance over all ranks' samples, in one process's layout
+        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in (storage.values, returns, valid)))
+
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        loss_stats = loss_stats.cpu().numpy()
+        if not all_finite(loss_stats, agent, world_size, device):
+            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
+                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+        if rank == 0:
+            log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
+                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, device, autocast)
+
+        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration)
+        if rank == 0:
+            logger.flush()
+        if status == "interrupted":
+            break
+
+    envs.close()
+    if status == "finished":
+        checkpoint(iteration)
+    if rank == 0:
+        finish_run(logger, args, status, global_step, iteration, clock, global_step - start_step, agent, device,
+                   autocast, run_dir)
+    if world_size > 1:
+        dist.destroy_process_group()
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+# ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
 # >>> shared:errors
 class UsageError(Exception):
     """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
@@ -537,10 +1431,6 @@ def kl_profile(kl_between) -> tuple:
 # <<< shared:diagnostics
 
 
-def flat_numpy(tensors) -> np.ndarray:
-    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
-
-
 # >>> shared:torch-activations
 # What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
 # activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
@@ -614,372 +1504,6 @@ def actor_critic_weight_norms(agent) -> dict:
 # <<< shared:torch-activations
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Environment and agent
-# ---------------------------------------------------------------------------------------------------------
-GAMES = ["bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot", "heist",
-         "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot"]
-
-
-def import_envpool():
-    with contextlib.redirect_stderr(io.StringIO()):  # envpool imports the old gym, which prints a notice
-        import envpool
-    return envpool
-
-
-def envpool_id(game: str, mode: str) -> str:
-    return f"{game.capitalize()}{mode.capitalize()}-v0"  # starpilot, easy -> StarpilotEasy-v0
-
-
-class EnvpoolProcgen:
-    """envpool's Procgen: frames [N, 64, 64, 3] uint8, the game's own rewards. It resets an env on the step
-    *after* the one that ended its episode; that step ignores the action (masked out of the loss)."""
-    ignores_step_after_done = True
-
-    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
-        self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
-                                          num_levels=num_levels, start_level=start_level, channel_first=False)
-        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
-
-    def reset(self):
-        return self.envs.reset()
-
-    def step(self, actions):
-        obs, reward, term, trunc, info = self.envs.step(actions)
-        return obs, reward, term, trunc, {"elapsed_step": info["elapsed_step"]}
-
-    def get_state(self):
-        return None  # envpool cannot read its C++ env state: a resumed run restarts the envs (SPEC §6)
-
-    def close(self):
-        self.envs.close()
-
-
-class ProcgenPackage:
-    """The procgen package's ProcgenEnv behind the same interface. It resets in the same step that ends an
-    episode (the returned frame is the new episode's first), so no step is ignored; every end is a termination."""
-    ignores_step_after_done = False
-
-    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
-        import gymnasium
-        with contextlib.redirect_stderr(io.StringIO()):
-            from procgen import ProcgenEnv
-        self.envs = ProcgenEnv(num_envs=num_envs, env_name=game, num_levels=num_levels, start_level=start_level,
-                               distribution_mode=mode, rand_seed=seed)
-        space = self.envs.observation_space["rgb"]
-        self.observation_space = gymnasium.spaces.Box(0, 255, space.shape, space.dtype)
-        self.action_space = gymnasium.spaces.Discrete(self.envs.action_space.n)
-        self.lengths = np.zeros(num_envs, dtype=np.int64)
-
-    def reset(self):
-        self.lengths[:] = 0
-        return self.envs.reset()["rgb"], {}
-
-    def step(self, actions):
-        obs, reward, done, _ = self.envs.step(actions)
-        self.lengths += 1
-        info = {"elapsed_step": self.lengths.copy()}
-        self.lengths[done] = 0
-        return obs["rgb"], reward.astype(np.float32), done, np.zeros_like(done), info
-
-    def get_state(self):
-        """The games' full state (gym3's get_state) and the step counters: enough for a bit-exact resume."""
-        return {"games": self.envs.env.get_state(), "lengths": self.lengths.copy()}
-
-    def set_state(self, state):
-        self.envs.env.set_state(state["games"])
-        self.lengths[:] = state["lengths"]
-
-    def close(self):
-        self.envs.close()
-
-
-def make_envs(args, num_envs: int, seed: int, test: bool = False):
-    """Training envs on levels [start_level, start_level + num_levels), or with test=True the full level
-    distribution (Cobbe et al. 2020's generalisation protocol)."""
-    backend = EnvpoolProcgen if args.env_backend == "envpool" else ProcgenPackage
-    num_levels, start_level = (0, 0) if test else (args.num_levels, args.start_level)
-    return backend(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level)
-
-
-class RewardNormalizer:
-    """CleanRL's gym.wrappers.NormalizeReward + clip (gym 0.23): rewards divided by the running std of each
-    env's discounted return, then clipped to +-clip. The std runs over steps whose action the env used."""
-
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8, world_size: int = 1,
-                 device="cpu"):
-        self.gamma, self.clip, self.epsilon, self.world_size, self.device = gamma, clip, epsilon, world_size, device
-        self.returns = np.zeros(num_envs)
-        self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # gym's RunningMeanStd prior
-
-    def update_moments(self, x: np.ndarray) -> None:
-        """Chan et al.'s parallel update of the running mean and (population) variance."""
-        batch_mean, batch_var, n = float(np.mean(x)), float(np.var(x)), len(x)
-        delta, total = batch_mean - self.mean, self.count + n
-        m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total
-        self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
-
-    def __call__(self, reward: np.ndarray, done: np.ndarray, used: np.ndarray) -> np.ndarray:
-        self.returns = self.returns * self.gamma + reward
-        # one statistic over all envs, as CleanRL's wrapper over its vector env: under torchrun all ranks' returns
-        returns, used = self.returns, used
-        if self.world_size > 1:
-            both = torch.as_tensor(np.stack([returns, used]), device=self.device)
-            returns, used = gather_envs(both, self.world_size, dim=1).cpu().numpy()
-            used = used > 0
-        if used.any():
-            self.update_moments(returns[used])
-        normalized = reward / np.sqrt(self.var + self.epsilon)
-        self.returns[done] = 0.0
-        return np.clip(normalized, -self.clip, self.clip)
-
-    def state_dict(self) -> dict:
-        return {"returns": self.returns.copy(), "mean": self.mean, "var": self.var, "count": self.count}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.returns = state["returns"].copy()
-        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
-
-
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-# IMPALA CNN (Espeholt et al. 2018), as CleanRL's ppo_procgen: PyTorch's default init in the trunk,
-# orthogonal init in the heads. Every ReLU is a module of its own: the diagnostics read their outputs.
-class ResidualBlock(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.relu0, self.relu1 = nn.ReLU(), nn.ReLU()
-
-    def forward(self, x):
-        return x + self.conv1(self.relu1(self.conv0(self.relu0(x))))
-
-
-class ConvSequence(nn.Module):
-    """conv 3x3, max-pool 3x3 stride 2 (halves the frame), two residual blocks."""
-
-    def __init__(self, in_channels: int, out_channels: int):
-        super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
-        self.res0, self.res1 = ResidualBlock(out_channels), ResidualBlock(out_channels)
-
-    def forward(self, x):
-        x = nn.functional.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
-        return self.res1(self.res0(x))
-
-
-class ImpalaCNN(nn.Module):
-    """64x64x3 frames -> 256 features: conv sequences of 16, 32, 32 channels, ReLU, dense 256, ReLU (M25 Table 2)."""
-
-    def __init__(self, channels=(16, 32, 32), size: int = 64, hidden: int = 256):
-        super().__init__()
-        stacks, in_channels = [], 3
-        for out_channels in channels:
-            stacks.append(ConvSequence(in_channels, out_channels))
-            in_channels, size = out_channels, (size + 1) // 2
-        self.stacks = nn.ModuleList(stacks)
-        self.dense = nn.Linear(in_channels * size * size, hidden)
-        self.relu, self.dense_relu = nn.ReLU(), nn.ReLU()
-
-    def forward(self, x):
-        for stack in self.stacks:
-            x = stack(x)
-        return self.dense_relu(self.dense(self.relu(x).flatten(1)))
-
-
-class Agent(nn.Module):
-    """The contract the rest of the script relies on (docs/ppo_procgen.md, Changing the network):
-    agent(uint8 frames [B, 64, 64, 3]) -> (logits [B, A], value [B]); optional: watched_activations() and
-    critic_parameters(), read by the diagnostics."""
-
-    def __init__(self, num_actions: int, separate_encoders: bool = False, channels_last: bool = False):
-        super().__init__()
-        self.channels_last = channels_last
-        self.network = ImpalaCNN()
-        self.critic_network = ImpalaCNN() if separate_encoders else None  # M25 §5.2
-        self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
-        self.critic = layer_init(nn.Linear(256, 1), std=1)
-
-    def preprocess(self, obs):
-        """uint8 frames [B, 64, 64, 3] -> float [B, 3, 64, 64] in [0, 1]. The permuted view of HWC frames is
-        already channels-last in memory: no copy unless the default layout is asked for."""
-        x = obs.permute(0, 3, 1, 2)
-        if not self.channels_last:
-            x = x.contiguous()
-        return x.float().mul_(1.0 / 255.0)
-
-    def forward(self, obs):
-        """uint8 frames [B, 64, 64, 3] -> (logits, value)."""
-        x = self.preprocess(obs)
-        hidden = self.network(x)
-        critic_hidden = hidden if self.critic_network is None else self.critic_network(x)
-        if hidden.dtype == torch.float32:
-            return self.actor(hidden), self.critic(critic_hidden).squeeze(-1)
-        # --bf16: the trunk runs in bf16, the two heads in fp32, so stored values and log-probs are not rounded
-        with torch.autocast(hidden.device.type, enabled=False):
-            return self.actor(hidden.float()), self.critic(critic_hidden.float()).squeeze(-1)
-
-    def watched_activations(self) -> dict:
-        """The ReLUs of each trunk, whose outputs the diagnostics read; the last to run gives the 256 features."""
-        trunks = {"": activation_modules(self.network)}
-        if self.critic_network is not None:
-            trunks["critic_"] = activation_modules(self.critic_network)
-        return trunks
-
-    def critic_parameters(self) -> list:
-        """The critic's own parameters (critic_weight_norm): none when it shares the actor's trunk."""
-        if self.critic_network is None:
-            return []
-        return list(self.critic_network.parameters()) + list(self.critic.parameters())
-
-
-def sample_actions(logits: torch.Tensor, generator=None) -> tuple:
-    """Gumbel-max sampling: the same distribution as Categorical(logits).sample(), without its overhead."""
-    logp_all = torch.log_softmax(logits, dim=-1)
-    noise = torch.empty_like(logp_all).exponential_(generator=generator).log_()
-    actions = torch.argmax(logp_all - noise, dim=-1)
-    return actions, logp_all.gather(-1, actions[:, None]).squeeze(-1)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Rollout, advantages and update
-# ---------------------------------------------------------------------------------------------------------
-@dataclass
-class Storage:
-    obs: torch.Tensor  # uint8 [T, N, 64, 64, 3]
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    rewards: torch.Tensor  # normalised (what PPO learns from)
-    dones: torch.Tensor  # an episode ended between obs[t-1] and obs[t] (envpool: obs[t] is its last frame)
-    terminations: torch.Tensor  # ... by termination (no bootstrap); an envpool truncation bootstraps from V(obs[t])
-    values: torch.Tensor
-
-
-def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
-    def zeros(dtype=torch.float32, shape=()):
-        return torch.zeros((num_steps, num_envs) + shape, dtype=dtype, device=device)
-    return Storage(obs=zeros(torch.uint8, obs_shape), actions=zeros(torch.long), logprobs=zeros(),
-                   rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
-
-
-class EpisodeStats:
-    """The game's own return (before normalisation) and length of every finished episode."""
-
-    def __init__(self, num_envs):
-        self.returns = np.zeros(num_envs)
-
-    def update(self, reward, ended, elapsed_step) -> list:
-        self.returns += reward
-        finished = [(float(self.returns[i]), int(elapsed_step[i])) for i in np.flatnonzero(ended)]
-        self.returns[ended] = 0.0
-        return finished
-
-
-def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """On CPU one memcpy: torch's copy wakes its OpenMP pool for a few hundred kB and takes far longer."""
-    if dst.device.type == "cpu":
-        np.copyto(dst.numpy(), src.numpy())
-    else:
-        dst.copy_(src)
-
-
-def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, world_size=1, rank=0):
-    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
-    every rank samples the whole batch's actions from all ranks' logits and keeps its own envs' (torchrun = one
-    process, SPEC §7)."""
-    next_obs, next_done, next_term = state
-    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
-    finished = []
-    # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
-    # rollout) once, not at every step
-    with torch.no_grad(), autocast():
-        for step in range(args.num_steps):
-            store_frames(storage.obs[step], next_obs)
-            storage.dones[step] = next_done
-            storage.terminations[step] = next_term
-            logits, value = agent(next_obs)
-            action, logprob = sample_actions(gather_envs(logits.float(), world_size))
-            action, logprob = action[own], logprob[own]
-            storage.values[step] = value.float()
-            storage.actions[step] = action
-            storage.logprobs[step] = logprob
-            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
-            ended = np.logical_or(term, trunc)
-            finished += stats.update(reward, ended, info["elapsed_step"])
-            if normalizer is not None:
-                used = next_done.cpu().numpy() == 0 if envs.ignores_step_after_done else np.ones_like(ended)
-                reward = normalizer(reward, ended, used)
-            storage.rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            next_obs = torch.as_tensor(obs_np, device=device)
-            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
-            next_done = torch.as_tensor(ended, dtype=torch.float32, device=device)
-    return finished, (next_obs, next_done, next_term)
-
-
-def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
-    """GAE (Schulman et al. 2016): dones[t+1] says an episode ended between obs[t] and obs[t+1] (envpool:
-    obs[t+1] is its last frame; procgen: the next episode's first), so the trace stops there; only a
-    termination (not an envpool truncation) drops the bootstrap V(obs[t+1])."""
-    num_steps = rewards.shape[0]
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = torch.zeros_like(next_value)
-    for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            v_next, done_next, term_next = next_value, next_done, next_term
-        else:
-            v_next, done_next, term_next = values[t + 1], dones[t + 1], terminations[t + 1]
-        delta = rewards[t] + gamma * v_next * (1.0 - term_next) - values[t]
-        lastgaelam = delta + gamma * lam * (1.0 - done_next) * lastgaelam
-        advantages[t] = lastgaelam
-    return advantages, advantages + values
-
-
-def normalize_advantages(advantages, valid, world_size=1):
-    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std); under torchrun
-    over every rank's share of the minibatch."""
-    count = sum_over_ranks(valid.sum(), world_size)
-    mean = sum_over_ranks((advantages * valid).sum(), world_size) / count.clamp(min=1.0)
-    var = sum_over_ranks(((advantages - mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
-    return (advantages - mean) / (var.sqrt() + 1e-8)
-
-
-NUM_LOSS_STATS = 6  # policy loss, value loss, entropy, old_approx_kl, approx_kl, clipfrac
-
-
-def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
-    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, summed over the valid samples
-    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean
-    (a step whose action envpool ignored, right after a done, carries no learning signal)."""
-    logits, newvalue = agent(obs)
-    logits, newvalue = logits.float(), newvalue.float()
-    logp_all = torch.log_softmax(logits, dim=-1)
-    newlogprob = logp_all.gather(-1, actions[:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    logratio = newlogprob - logprobs
-    ratio = logratio.exp()
-    def mean(x):
-        return (x * valid).sum() / count
-    with torch.no_grad():
-        old_approx_kl = mean(-logratio)
-        approx_kl = mean((ratio - 1) - logratio)
-        clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
-    pg_loss = mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
-    if args.clip_vloss:
-        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * mean(torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2))
-    else:
-        v_loss = 0.5 * mean((newvalue - returns) ** 2)
-    entropy_loss = mean(entropy)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
-    return loss, stats
-
-
 # >>> shared:torch-compile
 def maybe_compile(fn, enabled: bool):
     """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
@@ -1000,28 +1524,6 @@ def maybe_compile(fn, enabled: bool):
             return fn(*args, **kwargs)
     return call
 # <<< shared:torch-compile
-
-
-def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss, world_size=1) -> torch.Tensor:
-    """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
-    (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
-    torchrun idx is this rank's share of the minibatch, and the count and the advantage statistics are the
-    whole minibatch's."""
-    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    valid = b_valid[idx]
-    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
-    advantages = normalize_advantages(b_advantages[idx], valid, world_size) if args.norm_adv else b_advantages[idx]
-    chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
-    stats = torch.zeros(NUM_LOSS_STATS, device=b_valid.device)
-    for c in range(0, len(idx), chunk):
-        j = idx[c:c + chunk]
-        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
-        with autocast():
-            loss, chunk_stats = loss_fn(agent, obs, b_actions[j], b_logprobs[j], advantages[c:c + chunk],
-                                         b_returns[j], b_values[j], valid[c:c + chunk], count, args)
-        loss.backward()
-        stats = stats + chunk_stats
-    return stats
 
 
 # >>> shared:torch-distributed
@@ -1119,418 +1621,6 @@ def explained_variance(values, returns, valid) -> float:
     var_y = np.var(y_true) if len(y_true) else 0.0
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
 # <<< shared:explained-variance
-
-
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
-    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
-    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
-    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
-    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
-    device = batch[0].device
-    n = batch[0].shape[0] * world_size
-    clipfrac_sum = torch.zeros((), device=device)
-    grad_norm_sum = torch.zeros((), device=device)
-    steps = 0
-    for epoch in range(args.update_epochs):
-        perm = torch.randperm(n, device=device)
-        for start in range(0, n, mb_size):
-            optimizer.zero_grad(set_to_none=True)
-            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
-            stats = sum_over_ranks(minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, world_size), world_size)
-            if world_size > 1:
-                allreduce_gradients(agent, world_size)
-            if probe is not None and steps == 0:
-                probe.first_gradient(agent)
-            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            clipfrac_sum += stats[5]
-            steps += 1
-            if probe is not None:
-                probe.after_step(agent)
-        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
-            break
-    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
-    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
-# ---------------------------------------------------------------------------------------------------------
-PROFILE_BYTES = 256 << 20  # the KL profile keeps log pi(.|s) of every policy pi_0..pi_J; beyond this, fewer states
-
-
-class DiagnosticProbe:
-    def __init__(self, agent, obs, actions, autocast, chunk, num_policies):
-        self.obs, self.actions, self.autocast, self.chunk = obs, actions, autocast, chunk or len(obs)
-        self.params_before = [p.detach().clone() for p in agent.parameters()]
-        self.behavior = self.policy_logp(agent, obs)  # pi_0 = the behaviour policy, on every diagnostic state
-        # H25 Fig. 2 at J ~ 10^3 minibatch steps: (J + 1) x S x A float64 log-probs and J forwards over S would be
-        # ~0.6 GB and a thousand CNN passes; the profile uses an evenly strided subset of S within PROFILE_BYTES
-        keep = max(2, min(len(obs), PROFILE_BYTES // (8 * self.behavior.shape[1] * num_policies)))
-        self.profile_idx = diagnostic_states(len(obs), keep)
-        self.profile_obs = obs[torch.as_tensor(self.profile_idx, device=obs.device)] if keep < len(obs) else obs
-        self.logps = [self.behavior[self.profile_idx]]
-        self.grad = None
-
-    def policy_logp(self, agent, obs) -> np.ndarray:
-        with torch.no_grad(), self.autocast():
-            logits = torch.cat([agent(part)[0] for part in obs.split(self.chunk)])
-        return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
-
-    def representation(self, agent) -> dict:
-        """{trunk prefix: (penultimate features [S, 256], per hidden layer mean |h| of every unit per state)}, chunk
-        by chunk: all feature_ranks and dormant_fractions need, in bounded memory."""
-        return record_activations(agent, self.obs.split(self.chunk))
-
-    def first_gradient(self, agent):
-        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
-
-    def after_step(self, agent):
-        self.logps.append(self.policy_logp(agent, self.profile_obs))
-
-    def __call__(self, i, j):
-        return categorical_kl(self.logps[i], self.logps[j])
-
-    @property
-    def num_policies(self):
-        return len(self.logps)
-
-    def results(self, agent, batch_size, grad_norm) -> tuple:
-        full_profile = len(self.profile_idx) == len(self.obs)
-        logp_behavior, logp_after = self.behavior, self.logps[-1] if full_profile else self.policy_logp(agent, self.obs)
-        kl_behavior = float(np.mean(categorical_kl(logp_behavior, logp_after)))
-        seq, ref = kl_profile(self)
-        acts = self.actions.cpu().numpy()
-        log_ratio = np.take_along_axis(logp_after - logp_behavior, acts[:, None], axis=1)[:, 0]
-        out = {
-            "diagnostics/kl_behavior": kl_behavior,
-            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
-            "diagnostics/seq_kl_mean": float(np.mean(seq)),
-            "diagnostics/ref_kl_mean": float(np.mean(ref)),
-            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
-            "diagnostics/grad_norm": float(grad_norm),
-            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
-            "diagnostics/ess_pct": ess_pct(log_ratio),
-            "diagnostics/policy_variance": policy_variance(np.exp(logp_after)),
-            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
-        }
-        for prefix, (features, magnitudes) in self.representation(agent).items():
-            rank, srank = feature_ranks(features)
-            dormant = dormant_fractions(magnitudes)
-            out[f"diagnostics/{prefix}feature_rank"] = rank
-            out[f"diagnostics/{prefix}srank"] = srank
-            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
-            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
-            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-        out.update(actor_critic_weight_norms(agent))
-        return out, seq, ref
-
-
-def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
-    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
-    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Evaluation on the full level distribution (Cobbe et al. 2020): the game's own score, sampled actions
-# ---------------------------------------------------------------------------------------------------------
-def evaluate(agent, args, episodes, seed, device, autocast):
-    """One episode in each of `episodes` test envs. Its own torch generator: training's RNG stream is untouched."""
-    envs = make_envs(args, episodes, seed, test=True)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    obs, _ = envs.reset()
-    returns = np.zeros(episodes)
-    episode_returns = np.full(episodes, np.nan)
-    with torch.no_grad(), autocast():
-        while np.isnan(episode_returns).any():
-            logits, _ = agent(torch.as_tensor(obs, device=device))
-            action, _ = sample_actions(logits.float(), generator)
-            obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
-            returns += reward
-            ended = np.logical_or(term, trunc) & np.isnan(episode_returns)
-            episode_returns[ended] = returns[ended]
-    envs.close()
-    return episode_returns
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
-# ---------------------------------------------------------------------------------------------------------
-SCRIPT = "ppo_procgen"
-
-
-def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
-    check_finite_floats(args)
-    check(args.env_id in GAMES, f"--env-id {args.env_id!r} is not a Procgen game (e.g. starpilot, bigfish, coinrun)")
-    # the (game, mode) pairs Procgen defines are the ones envpool registers (e.g. no bigfish extreme)
-    modes = [m for m in ("easy", "hard", "extreme", "memory") if envpool_id(args.env_id, m) in import_envpool().list_all_envs()]
-    check(args.distribution_mode in modes,
-          f"--distribution-mode {args.distribution_mode}: {args.env_id} has only {', '.join(modes)}")
-    check(args.num_levels >= 0, f"--num-levels must be >= 0 (got {args.num_levels}; 0 = all levels)")
-    check(args.start_level >= 0, f"--start-level must be >= 0 (got {args.start_level})")
-    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
-    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
-    check_ppo_flags(args)
-    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
-    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
-    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
-    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
-    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
-    check(not args.capture_video, "--capture-video: not supported here; evaluate the saved model with --save-model")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    check(args.num_envs % world_size == 0,
-          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
-    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
-    check(args.total_timesteps >= scaling["batch_size"],
-          f"--total-timesteps {args.total_timesteps} is less than one batch ({scaling['batch_size']}); raise it")
-    return scaling
-
-
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
-    return {"env_id": args.env_id, "distribution_mode": args.distribution_mode, "env_backend": args.env_backend,
-            "num_levels": args.num_levels, "start_level": args.start_level, "norm_reward": args.norm_reward,
-            "separate_encoders": args.separate_encoders, "num_envs": args.num_envs, "num_steps": args.num_steps}
-
-
-def main():
-    args = tyro.cli(Args)
-    try:
-        scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
-        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
-    except UsageError as e:
-        exit_usage(e)
-    args.batch_size = scaling["batch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
-    # Data parallelism: each rank runs num_envs / world envs and averages gradients (SPEC §7)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if world_size > 1:
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    local_envs = args.num_envs // world_size
-    if rank == 0:
-        print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
-
-    # Seeding: one torch stream on every rank (the same weights; every rank draws the whole batch's samples)
-    random.seed(args.seed + rank)
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-
-    # Envs. procgen's games save their state, so a resumed run continues them bit for bit; envpool's cannot,
-    # so a resumed envpool run restarts them with a fresh seed (SPEC §6)
-    start_iteration = ckpt["iteration"] if ckpt else 0
-    saved_envs = ckpt["envs"][rank] if ckpt else None
-    restore = saved_envs is not None and saved_envs["games"] is not None
-    env_seed = args.seed + rank * local_envs + (0 if restore else 1_000_003 * start_iteration)
-    envs = make_envs(args, local_envs, env_seed)
-    if ckpt and rank == 0:
-        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); " +
-              ("envs continue from their saved state" if restore else f"envs restart with seed {env_seed}"))
-
-    # Agent and optimizer
-    agent = Agent(envs.action_space.n, args.separate_encoders, args.channels_last).to(device)
-    if args.channels_last:
-        agent = agent.to(memory_format=torch.channels_last)
-    if args.diagnostics_every > 0:
-        try:
-            check_watched_activations(agent, SCRIPT)
-        except UsageError as e:
-            exit_usage(e)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # 1 kernel, not 10 per tensor
-    torch.manual_seed(args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["agent"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
-        rng = ckpt["rng"][rank]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if device.type == "cuda" and rng.get("cuda") is not None:
-            torch.cuda.set_rng_state(rng["cuda"], device)
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    loss_fn = maybe_compile(ppo_loss, args.compile)
-
-    # Run directory (rank 0 logs and checkpoints)
-    if ckpt:
-        run_dir = ckpt["run_dir"]
-    else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
-    run_dir = logger.run_dir if logger else run_dir
-    stop = StopFlag()
-
-    # Storage
-    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
-    stats = EpisodeStats(local_envs)
-    normalizer = RewardNormalizer(local_envs, args.gamma, world_size=world_size, device=device) if args.norm_reward else None
-    obs_np, _ = envs.reset()
-    zeros = torch.zeros(local_envs, device=device)
-    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)
-    if ckpt:  # the running reward std continues; the episodes' accumulators only where the envs continue too
-        if normalizer is not None:
-            normalizer.load_state_dict(saved_envs["normalizer"])
-            normalizer.returns = normalizer.returns if restore else np.zeros(local_envs)
-        if restore:
-            envs.set_state(saved_envs["games"])
-            stats.returns = saved_envs["episode_returns"].copy()
-            state = tuple(torch.as_tensor(x, device=device) for x in saved_envs["rollout_state"])
-
-    global_step = ckpt["global_step"] if ckpt else 0
-    wall_offset = ckpt["wall_time"] if ckpt else 0.0
-    start_time, timed_steps, timed_from = time.time(), 0, None
-    status, iteration = "finished", start_iteration
-
-    def checkpoint(iteration):
-        rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                 "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}]
-        env_states = [{"games": envs.get_state(), "episode_returns": stats.returns.copy(),
-                       "normalizer": normalizer.state_dict() if normalizer is not None else None,
-                       "rollout_state": [x.cpu().numpy() for x in state]}]
-        if world_size > 1:
-            gathered = [None] * world_size
-            dist.all_gather_object(gathered, rngs[0])
-            rngs = gathered
-            gathered = [None] * world_size
-            dist.all_gather_object(gathered, env_states[0])
-            env_states = gathered
-        if rank == 0:
-            save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
-                "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
-                "wall_time": wall_offset + time.time() - start_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
-                "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
-                "optimizer": optimizer.state_dict(), "rng": rngs, "envs": env_states})
-
-    for iteration in range(start_iteration + 1, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-
-        agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
-                                          world_size, rank)
-        finished = gather_list(finished, world_size)
-        global_step += args.batch_size
-
-        with torch.no_grad(), autocast():
-            _, next_value = agent(state[0])
-        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
-                                                 next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
-
-        # Flatten the batch; under envpool a step right after a done was ignored by the env and is masked out
-        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-        valid = 1.0 - storage.dones if envs.ignores_step_after_done else torch.ones_like(storage.dones)
-        batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
-
-        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0
-        probe = None
-        if diag_now:  # the states are rows of the whole batch, gathered from the ranks that hold them
-            idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
-            diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
-            diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
-            # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
-            chunk = 128 if device.type == "cpu" else args.update_chunk_size
-            if rank == 0:
-                probe = DiagnosticProbe(agent, diag_obs, diag_actions, autocast, chunk,
-                                        args.num_minibatches * args.update_epochs + 1)
-
-        agent.train()
-        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
-                                                    world_size, probe, loss_fn, rank)
-        # explained variance over all ranks' samples, in one process's layout
-        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in (storage.values, returns, valid)))
-
-        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
-        loss_stats = loss_stats.cpu().numpy()
-        finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
-        if not all_ranks_agree(finite, world_size, device):
-            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
-                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
-            status = "diverged"
-            break
-
-        if rank == 0:
-            now = time.time()
-            if timed_from is None:  # SPS excludes the first iteration (warm-up)
-                timed_from, timed_steps = now, 0
-            else:
-                timed_steps += args.batch_size
-            sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
-            for ep_return, ep_length in finished:
-                logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            scalars = {
-                "charts/learning_rate": optimizer.param_groups[0]["lr"],
-                "charts/SPS": sps,
-                "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
-                "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
-                "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": ev,
-            }
-            if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
-                # Cobbe et al.: the return on the full level distribution, against training's on num_levels
-                agent.eval()
-                test_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000 + iteration, device, autocast)
-                scalars["charts/test_return"] = float(np.mean(test_returns))
-            if probe is not None:
-                diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
-                scalars.update(diag)
-                if args.kl_profile:
-                    logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
-            logger.log(global_step, iteration, scalars)
-            logger.progress(global_step, sps)
-
-        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
-            status = "interrupted"
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            checkpoint(iteration)
-        if rank == 0:
-            logger.flush()
-        if status == "interrupted":
-            break
-
-    envs.close()
-    if status == "finished":
-        checkpoint(iteration)
-    elapsed = time.time() - start_time
-    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else global_step / max(elapsed, 1e-9)
-    if rank == 0:
-        summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
-                   "SPS_with_warmup": (global_step - (ckpt["global_step"] if ckpt else 0)) / max(elapsed, 1e-9)}
-        if args.save_model and status == "finished":
-            model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-            torch.save({k: v.cpu() for k, v in agent.state_dict().items()}, model_path)
-            agent.eval()
-            episodic_returns = evaluate(agent, args, args.eval_episodes, args.seed + 10_000, device, autocast)
-            for i, ep_return in enumerate(episodic_returns):
-                logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
-            summary["eval_mean_return"] = float(np.mean(episodic_returns))
-            print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} "
-                  "episodes on the full level distribution")
-        logger.close(summary)
-        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
-        if status == "interrupted":
-            print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
-    if world_size > 1:
-        dist.destroy_process_group()
-    if status == "diverged":
-        sys.exit(3)
-    if status == "interrupted":
-        sys.exit(128 + stop.signum)
 
 
 if __name__ == "__main__":
