@@ -1,7 +1,16 @@
-# PPO on MuJoCo: CleanRL's ppo_continuous_action.py plus the scaling flags and diagnostics of
-# B26 (beukman2026), M25 (mayor2025) and H25 (honari2025). Docs: docs/ppo_continuous_mujoco.md
+"""PPO on MuJoCo (gymnasium or envpool): CleanRL's ppo_continuous_action.py (Gaussian policy, observation and
+reward normalisation) plus the scaling flags of B26 (beukman2026; §5, App. D), the experiments of M25 (mayor2025;
+§4-5) and the diagnostics of B26 §4.4, M25 App. B and H25 (honari2025; Fig. 2).
+
+    python cleanrl_scaling/ppo_continuous_mujoco.py --env-id HalfCheetah-v4 --num-envs 1 --num-steps 2048
+
+Docs: docs/ppo_continuous_mujoco.md. Read top to bottom: Args, then the algorithm (envs, normalisation, network,
+rollout, GAE, loss, update, diagnostics, evaluation, main); below the marked line, the infrastructure every script
+shares.
+"""
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -146,472 +155,6 @@ class Args(ScalingArgs, RunArgs):
     """the batch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
-
-
-# >>> shared:errors
-class UsageError(Exception):
-    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
-
-
-def exit_usage(err: Exception) -> None:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise UsageError(message)
-
-
-def check_finite_floats(args) -> None:
-    """inf or nan in any float flag (--ent-coef inf) would train, then stop on a NaN loss: refuse it up front."""
-    for field in dataclasses.fields(args):
-        value = getattr(args, field.name)
-        if isinstance(value, float):
-            check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
-# <<< shared:errors
-
-
-# >>> shared:scaling
-def default_of(args, name: str):
-    return next(f.default for f in dataclasses.fields(args) if f.name == name)
-
-
-def resolve_scaling(args) -> dict:
-    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
-    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
-    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
-    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
-    check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
-    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
-    check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
-          f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
-    base_envs = args.base_num_envs or default_of(args, "num_envs")
-    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
-    batch = n * t
-    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
-    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
-    s = n / base_envs
-    lr = args.learning_rate
-    recipe = args.scaling_recipe
-    if recipe == "none":  # only the user's own batch matters
-        if args.minibatch_size > 0:
-            mb = args.minibatch_size
-        else:
-            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
-                  "choose a divisor or pass --minibatch-size")
-            mb = batch // m
-        base_mb = reference_mb
-    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
-        base_batch = base_envs * t
-        if args.minibatch_size > 0:
-            base_mb = args.minibatch_size
-            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
-                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
-        else:
-            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
-                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
-            base_mb = base_batch // m
-        b = args.minibatch_multiplier if recipe == "hybrid" else 1
-        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
-        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
-            mb = base_mb
-        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
-            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
-            mb = int(base_mb * s)
-            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
-        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
-            mb = base_mb * b
-            lr = lr * math.sqrt(b)
-    check(mb >= 1 and batch % mb == 0,
-          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
-          "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
-    num_mb = batch // mb
-    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
-        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
-              f"--scaling-recipe {recipe}, which already scales the lr")
-        ratio = mb / reference_mb
-        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
-    check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
-          f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
-    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
-            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
-
-
-def describe_scaling(scaling: dict, args) -> str:
-    """The printed 'resolved:' values: the base configuration only where a recipe or --lr-scaling uses it."""
-    if args.scaling_recipe != "none":
-        hidden = set()
-    elif args.lr_scaling != "none":  # M25 Fig. 11 scales by the minibatch ratio to the base; s plays no part
-        hidden = {"scale"}
-    else:
-        hidden = {"scale", "base_num_envs", "base_minibatch_size"}
-    return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
-# <<< shared:scaling
-
-
-# >>> shared:ppo-flags
-def check_ppo_flags(args) -> None:
-    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
-    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
-    check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
-    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
-    # B26 Fig. 6b uses eps = 0: the clipped objective is still defined (gradients stop once the ratio leaves 1)
-    check(args.clip_coef >= 0, f"--clip-coef must be >= 0 (got {args.clip_coef})")
-    check(args.vf_coef >= 0, f"--vf-coef must be >= 0 (got {args.vf_coef})")
-    check(args.max_grad_norm > 0, f"--max-grad-norm must be > 0 (got {args.max_grad_norm}); "
-          "clipping at 0 or below zeroes or flips the gradient")
-    check(args.target_kl is None or args.target_kl > 0,
-          f"--target-kl must be > 0 (got {args.target_kl}); leave it out to never stop an update early")
-# <<< shared:ppo-flags
-
-
-# >>> shared:rundir
-def package_versions() -> dict:
-    from importlib import metadata
-    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
-def git_commit() -> Optional[str]:
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def check_writable_dir(path: str, flag: str) -> None:
-    """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".write_test{os.getpid()}")
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
-
-
-def claim_run_dir(path: str) -> str:
-    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
-    candidate, k = path, 1
-    while True:
-        try:
-            os.makedirs(candidate)
-            return candidate
-        except FileExistsError:
-            k += 1
-            candidate = f"{path}-{k}"
-
-
-class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
-
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
-                 headline: str = "charts/episodic_return"):
-        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
-        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
-        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
-        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
-        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
-        self.kl_profile = None
-        from tensorboard.summary import Writer
-        self.tb = Writer(run_dir)
-        self.wandb = None
-        if args.track:
-            import wandb
-            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
-                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
-        self.t0 = time.time()
-        self.total_steps = total_steps
-        self.headline, self.last_headline = headline, None  # the tag the progress display shows, and its last value
-        mode = args.progress
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
-        self.mode, self.last_line = mode, 0.0
-
-    def _truncate_after(self, iteration: int) -> None:
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        if iteration == 0 or not os.path.exists(path):
-            return
-        with open(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        atomic_write(path, "".join(kept).encode())
-
-    def wall_clock(self) -> float:
-        """A row's wall_time (a script that tracks active time across resumes overrides this)."""
-        return time.time()
-
-    def log(self, step: int, iteration: int, scalars: dict) -> None:
-        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": self.wall_clock()}
-        row.update({k: float(v) for k, v in scalars.items()})
-        self.metrics.write(json.dumps(row) + "\n")
-        for tag, value in scalars.items():
-            self.tb.add_scalar(tag, float(value), int(step))
-        if self.wandb is not None:
-            self.wandb.log({**scalars, "global_step": step})
-        if self.headline in scalars:
-            self.last_headline = float(scalars[self.headline])
-
-    def log_profile(self, row: dict) -> None:
-        if self.kl_profile is None:
-            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
-        self.kl_profile.write(json.dumps(row) + "\n")
-
-    def headline_text(self) -> str:
-        """The headline's last value; before the first one, that none has come yet (a NaN says nothing)."""
-        name = "return" if self.headline == "charts/episodic_return" else self.headline.split("/")[-1]
-        if self.last_headline is None:
-            return "no episode finished yet" if name == "return" else f"no {name} yet"
-        return f"{name} {self.last_headline:.2f}"
-
-    def progress(self, step: int, sps: float) -> None:
-        if self.bar is not None:
-            self.bar.n = min(step, self.total_steps)
-            self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
-            self.bar.refresh()
-        elif self.mode == "lines" and time.time() - self.last_line > 10:
-            self.last_line = time.time()
-            print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
-
-    def flush(self) -> None:
-        self.metrics.flush()
-        if self.kl_profile is not None:
-            self.kl_profile.flush()
-        self.tb.flush()
-
-    def close(self, summary: dict) -> None:
-        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
-        if self.bar is not None:
-            self.bar.close()
-        self.flush()
-        self.metrics.close()
-        if self.kl_profile is not None:
-            self.kl_profile.close()
-        self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
-class StopFlag:
-    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
-
-    def __init__(self):
-        self.signum = 0
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signum:  # a second signal: stop now
-            raise KeyboardInterrupt
-        self.signum = signum
-        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
-# <<< shared:rundir
-
-
-# >>> shared:checkpoint
-def save_checkpoint(path: str, state: dict) -> None:
-    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
-    written before them stands for, so those checkpoints still resume (and still must match)."""
-    check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
-    try:
-        with open(path, "rb") as f:
-            state = pickle.load(f)
-    except Exception as e:  # a truncated or foreign file
-        raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
-    check(isinstance(state, dict) and state.get("script") == script,
-          f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
-          f"not {script}; use it with that script")
-    implied = implied or {}
-    for key, value in signature.items():
-        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
-              f"version of {script} wrote it); resume it with that version")
-        saved = state["signature"].get(key, implied.get(key))
-        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
-              f"pass {as_flag(key, saved)}")
-    return state
-
-
-def as_flag(key: str, value) -> str:
-    """The command-line spelling of key=value: --x / --no-x for booleans, --x A B for sequences ("no --x" when
-    empty), --x VALUE otherwise."""
-    name = key.replace("_", "-")
-    if isinstance(value, bool):
-        return f"--{name}" if value else f"--no-{name}"
-    if isinstance(value, (list, tuple)):
-        return f"--{name} {' '.join(map(str, value))}" if value else f"no --{name}"
-    return f"--{name} {value}"
-# <<< shared:checkpoint
-
-
-# >>> shared:diagnostics
-def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
-    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
-    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
-
-
-def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
-    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
-    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
-    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
-
-
-def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
-    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
-    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
-    def smallest_k(values):
-        total = values.sum()
-        if total <= 0:
-            return 0
-        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
-    return smallest_k(sigma ** 2), smallest_k(sigma)
-
-
-def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
-    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
-    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
-    scores = []
-    for h in activations:
-        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
-        layer_mean = per_unit.mean()
-        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
-    scores = np.concatenate(scores)
-    return {tau: float(np.mean(scores <= tau)) for tau in taus}
-
-
-def log_grad_kurtosis(grad: np.ndarray) -> float:
-    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
-    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
-    centred = x - x.mean()
-    var = np.mean(centred ** 2)
-    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
-
-
-def ess_pct(log_ratio: np.ndarray) -> float:
-    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
-    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
-    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
-
-
-def policy_variance(outputs: np.ndarray) -> float:
-    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
-    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
-
-
-def kl_profile(kl_between) -> tuple:
-    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
-    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
-    num_steps = kl_between.num_policies - 1
-    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
-    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
-    return seq, ref
-
-# <<< shared:diagnostics
-
-
-def flat_numpy(tensors) -> np.ndarray:
-    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
-
-
-# >>> shared:torch-activations
-# What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
-# activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
-ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
-               nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign)
-
-
-def activation_modules(module: nn.Module) -> list:
-    """Every activation module (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.ELU, nn.LeakyReLU, ...) inside `module`."""
-    return [m for m in module.modules() if isinstance(m, ACTIVATIONS)]
-
-
-def watched_activations(agent) -> dict:
-    """{metric prefix: modules whose outputs the diagnostics read}: what agent.watched_activations() marks
-    ("" = the policy's trunk, "critic_" = a separate critic's), else every activation module as one trunk."""
-    if hasattr(agent, "watched_activations"):
-        return dict(agent.watched_activations())
-    return {"": activation_modules(agent)}
-
-
-def check_watched_activations(agent, script: str) -> None:
-    """At start, not at the first diagnostic iteration: every trunk must have a module to watch."""
-    watched = {"": [], **watched_activations(agent)}  # the policy's trunk ("") is always read
-    empty = [prefix or "policy" for prefix, modules in watched.items() if not modules]
-    check(not empty, f"the diagnostics found no activation module to watch in the network ({', '.join(empty)} trunk): "
-                     "use activation modules (nn.ReLU, nn.GELU, ...) rather than functions, or list the modules in "
-                     f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
-
-
-def record_activations(agent, obs_chunks) -> dict:
-    """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
-    watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
-    channel, averaged over the rest), from one forward pass per chunk of states."""
-    watched = watched_activations(agent)
-    current = {prefix: [] for prefix in watched}
-    def hook(prefix):
-        def record(module, inputs, output):  # reduced at once: a later in-place op cannot change the magnitudes
-            h = output.detach().float()
-            current[prefix].append((h.abs().flatten(2).mean(2) if h.dim() > 2 else h.abs(), h))
-        return record
-    handles = [m.register_forward_hook(hook(prefix)) for prefix, modules in watched.items() for m in modules]
-    features, magnitudes = {p: [] for p in watched}, {p: [] for p in watched}
-    try:
-        with torch.no_grad():
-            for obs in obs_chunks:
-                agent(obs)
-                for prefix, outputs in current.items():
-                    if not outputs:
-                        raise RuntimeError(f"the watched activation modules of trunk '{prefix or 'policy'}' did not run in "
-                                           "agent(obs): the diagnostics read the modules the forward pass calls")
-                    magnitudes[prefix].append([magnitude for magnitude, _ in outputs])
-                    features[prefix].append(outputs[-1][1].flatten(1))
-                    outputs.clear()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return {p: (torch.cat(features[p]).cpu().numpy(), [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes[p])])
-            for p in watched}
-
-
-def actor_critic_weight_norms(agent) -> dict:
-    """actor_weight_norm and critic_weight_norm when the agent names its critic's own parameters in
-    critic_parameters() (none when actor and critic share a trunk); the actor's are all the others."""
-    critic = list(agent.critic_parameters()) if hasattr(agent, "critic_parameters") else []
-    if not critic:
-        return {}
-    critic_ids = {id(p) for p in critic}
-    actor = [p for p in agent.parameters() if id(p) not in critic_ids]
-    return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
-            "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
-# <<< shared:torch-activations
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1024,30 +567,6 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
-# >>> shared:ppo-batch
-def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
-    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
-    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
-    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
-
-
-def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
-    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
-    CleanRL keeps every step (--cleanrl-compat)."""
-    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
-# <<< shared:ppo-batch
-
-
-# >>> shared:explained-variance
-def explained_variance(values, returns, valid) -> float:
-    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
-    keep = valid.reshape(-1).cpu().numpy() > 0
-    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
-    var_y = np.var(y_true) if len(y_true) else 0.0
-    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-# <<< shared:explained-variance
-
-
 def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args,
              count=None, adv_moments=None):
     """CleanRL's clipped surrogate, clipped value loss and entropy bonus, averaged over valid samples
@@ -1085,6 +604,1011 @@ def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, 
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
     return loss, stats
+
+
+def minibatch_moments(advantages, valid, world_size) -> tuple:
+    """Under torchrun: the whole minibatch's valid count and advantage (mean, unbiased std), over every rank's
+    share (ppo_loss's own formulas, with sums over ranks)."""
+    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    adv_mean = sum_over_ranks((advantages * valid).sum(), world_size) / count
+    var = sum_over_ranks(((advantages - adv_mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
+    return count, (adv_mean, var.sqrt())
+
+
+def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
+    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
+    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
+    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
+    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
+    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
+    n = b_obs.shape[0] * world_size
+    clipfrac_sum = torch.zeros((), device=b_obs.device)
+    grad_norm_sum = torch.zeros((), device=b_obs.device)
+    steps = 0
+    for epoch in range(args.update_epochs):
+        perm = torch.randperm(n, device=b_obs.device)
+        for start in range(0, n, mb_size):
+            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
+            count, adv_moments = minibatch_moments(b_advantages[idx], b_valid[idx], world_size) if world_size > 1 else (None, None)
+            with autocast():
+                loss, stats = loss_fn(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
+                                       b_returns[idx], b_values[idx], b_valid[idx], args, count, adv_moments)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            stats = sum_over_ranks(stats, world_size)
+            if world_size > 1:
+                allreduce_gradients(agent, world_size)
+            if probe is not None and steps == 0:
+                probe.first_gradient(agent)
+            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            clipfrac_sum += stats[5]
+            steps += 1
+            if probe is not None:
+                probe.after_step(agent)
+        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+            break
+    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
+    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# ---------------------------------------------------------------------------------------------------------
+def flat_numpy(tensors) -> np.ndarray:
+    return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
+
+
+PROFILE_BYTES = 256 << 20  # the KL profile keeps mu(s) of every policy pi_0..pi_J; beyond this, fewer states
+
+
+class DiagnosticProbe:
+    def __init__(self, agent, obs, actions, autocast, num_policies):
+        self.obs, self.actions, self.autocast = obs, actions, autocast
+        self.params_before = [p.detach().clone() for p in agent.parameters()]
+        # H25 Fig. 2 at 1000 minibatches x 10 epochs is 10^4 policies: the profile uses an evenly strided subset
+        keep = max(2, min(len(obs), PROFILE_BYTES // (4 * actions.shape[1] * num_policies)))
+        self.profile_idx = torch.as_tensor(diagnostic_states(len(obs), keep), device=obs.device)
+        self.behavior = self.policy(agent, self.obs)  # pi_0 = the behaviour policy, on every diagnostic state
+        self.mus = [self.behavior[0][self.profile_idx.cpu().numpy()].astype(np.float32)]
+        self.logstds = [self.behavior[1]]
+        self.grad = None
+
+    def policy(self, agent, obs) -> tuple:
+        with torch.no_grad(), self.autocast():
+            mean, logstd, _ = agent(obs)
+        return mean.float().cpu().numpy().astype(np.float64), logstd.detach().float().cpu().numpy().astype(np.float64)
+
+    def first_gradient(self, agent):
+        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
+
+    def after_step(self, agent):
+        mean, logstd = self.policy(agent, self.obs[self.profile_idx])
+        self.mus.append(mean.astype(np.float32))
+        self.logstds.append(logstd)
+
+    def __call__(self, i, j):
+        return gaussian_kl(self.mus[i].astype(np.float64), self.logstds[i], self.mus[j].astype(np.float64), self.logstds[j])
+
+    @property
+    def num_policies(self):
+        return len(self.mus)
+
+    def results(self, agent, batch_size, grad_norm) -> tuple:
+        (mu_behavior, logstd_behavior), (mu_after, logstd_after) = self.behavior, self.policy(agent, self.obs)
+        kl_behavior = float(np.mean(gaussian_kl(mu_behavior, logstd_behavior, mu_after, logstd_after)))
+        seq, ref = kl_profile(self)
+        acts = self.actions.cpu().numpy().astype(np.float64)
+        def logp(mu, logstd):  # the log(2 pi) constants cancel in the ratio
+            return np.sum(-0.5 * ((acts - mu) / np.exp(logstd)) ** 2 - logstd, axis=-1)
+        log_ratio = logp(mu_after, logstd_after) - logp(mu_behavior, logstd_behavior)
+        out = {
+            "diagnostics/kl_behavior": kl_behavior,
+            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+            "diagnostics/seq_kl_mean": float(np.mean(seq)),
+            "diagnostics/ref_kl_mean": float(np.mean(ref)),
+            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
+            "diagnostics/grad_norm": float(grad_norm),
+            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
+            "diagnostics/ess_pct": ess_pct(log_ratio),
+            "diagnostics/policy_variance": policy_variance(mu_after),
+            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
+        }
+        for prefix, (features, magnitudes) in record_activations(agent, [self.obs]).items():
+            rank, srank = feature_ranks(features)
+            dormant = dormant_fractions(magnitudes)  # on |h|: a tanh unit is dormant when it stays near 0
+            out[f"diagnostics/{prefix}feature_rank"] = rank
+            out[f"diagnostics/{prefix}srank"] = srank
+            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+        out.update(actor_critic_weight_norms(agent))
+        return out, seq, ref
+
+
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation of a saved model (raw reward; observations normalised with the statistics saved with it)
+# ---------------------------------------------------------------------------------------------------------
+def evaluate(model_path, env_id, eval_episodes, backend, device, seed):
+    envs = make_envs(env_id, eval_episodes, seed, backend)
+    obs_space, act_space = spaces(envs)
+    model = torch.load(model_path, map_location=device)
+    agent = Agent(obs_space.shape[0], act_space.shape[0]).to(device)
+    agent.load_state_dict(model["agent"])
+    stats = EpisodeStats(eval_episodes)
+    obs, _ = envs.reset()
+    episode_returns = np.full(eval_episodes, np.nan)
+    reset_step = np.zeros(eval_episodes, dtype=bool)
+    while np.isnan(episode_returns).any():
+        normed = normalize(obs, model["obs_mean"].numpy(), model["obs_var"].numpy(), model["norm_clip"]) if model["norm_obs"] else obs
+        with torch.no_grad():
+            mean, logstd, _ = agent(torch.as_tensor(normed, dtype=torch.float32, device=device))
+            action, _ = sample_actions(mean, logstd)
+        obs, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), act_space.low, act_space.high))
+        for i, (ep_return, _) in zip(np.flatnonzero(np.logical_or(term, trunc)), stats.update(reward, term, trunc, reset_step)):
+            if np.isnan(episode_returns[i]):
+                episode_returns[i] = ep_return
+        reset_step = np.logical_or(term, trunc)
+    envs.close()
+    return episode_returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: the algorithm box; set-up, resume and run-directory plumbing in the named functions above it
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_continuous_mujoco"
+
+
+def env_ids(backend: str) -> list:
+    """gymnasium's MuJoCo v4 and v5 ids (v2/v3 need mujoco-py); with envpool, its ids of the same tasks."""
+    families = {i.rsplit("-v", 1)[0] for i in gymnasium_mujoco_ids()}
+    if backend == "gymnasium":
+        return [i for i in gymnasium_mujoco_ids() if i.endswith(("-v4", "-v5"))]
+    return [i for i in import_envpool().list_all_envs() if i.rsplit("-v", 1)[0] in families]
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check_finite_floats(args)
+    if args.cleanrl_compat:  # CleanRL's gymnasium wrappers keep their statistics per env
+        args.norm_stats = "per-env"
+    known = env_ids(args.env_backend)
+    check(args.env_id in known, f"--env-id {args.env_id!r} is not a MuJoCo id of the {args.env_backend} backend "
+          f"(e.g. {', '.join(known[:3])}; see --env-backend)")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check_ppo_flags(args)
+    check(args.norm_clip > 0, f"--norm-clip must be > 0 (got {args.norm_clip})")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
+    check(args.torch_threads >= 0, f"--torch-threads must be >= 0 (got {args.torch_threads})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
+    check(not args.capture_video, "--capture-video: needs moviepy, which requirements.txt does not pin; "
+          "evaluate the saved model with --save-model")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check(args.num_envs % world_size == 0,
+          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
+    return {"env_id": args.env_id, "env_backend": args.env_backend, "norm_stats": args.norm_stats,
+            "cleanrl_compat": args.cleanrl_compat, "num_envs": args.num_envs, "num_steps": args.num_steps}
+
+
+def read_args() -> tuple:
+    """Args from the command line with the scaling resolved, and the checkpoint to resume (or None); every usage
+    error exits 2 here, before anything heavy starts."""
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
+    except UsageError as e:
+        exit_usage(e)
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    return args, scaling, ckpt
+
+
+def init_distributed(args) -> tuple:
+    """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
+    (SPEC §7); a single process is world 1, rank 0."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return world_size, rank, device
+
+
+def seed_everything(args, rank: int) -> None:
+    """One torch stream on every rank (the same weights; every rank draws the whole batch's samples)."""
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+
+
+def build_agent(args, obs_dim: int, act_dim: int, device) -> tuple:
+    """The agent, its Adam and the (maybe compiled) loss; the torch stream is reseeded after the weights are drawn
+    (CleanRL's order)."""
+    agent = Agent(obs_dim, act_dim).to(device)
+    if args.diagnostics_every > 0:
+        try:
+            check_watched_activations(agent, SCRIPT)
+        except UsageError as e:
+            exit_usage(e)
+    # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    loss_fn = maybe_compile(ppo_loss, args.compile)
+    torch.manual_seed(args.seed)
+    return agent, optimizer, loss_fn
+
+
+def restore(ckpt: dict, saved: dict, agent, optimizer, args, device) -> None:
+    """Weights, Adam state and this rank's RNG streams from a checkpoint."""
+    agent.load_state_dict(ckpt["agent"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
+    rng = saved["rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+def start_envs(envs, normalizer, stats, saved, restart: bool, local_envs: int, device) -> tuple:
+    """The first rollout state (obs, done, terminated): the saved one where the envs continue from the checkpoint,
+    else a reset (the normaliser's statistics continue either way)."""
+    if saved is not None and not restart:
+        set_env_state(envs, saved["envs"])
+        normalizer.load_state_dict(saved["normalizer"])
+        stats.returns, stats.lengths = saved["episodes"]
+        return tuple(t.to(device) for t in saved["rollout"])
+    if saved is not None:
+        normalizer.load_state_dict(saved["normalizer"], restart_returns=True)
+    obs_np, _ = envs.reset()
+    zeros = torch.zeros(local_envs, device=device)
+    return (torch.as_tensor(normalizer.obs(obs_np), device=device), zeros, zeros)
+
+
+def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> tuple:
+    """(logger, run_dir): a new run directory, or the resumed run's; only rank 0 logs (its logger; None elsewhere)."""
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
+    return logger, logger.run_dir if logger else run_dir
+
+
+class Clock:
+    """Wall-clock bookkeeping: SPS without the first iteration (warm-up), and the run's wall time across resumes."""
+
+    def __init__(self, batch_size: int, wall_offset: float):
+        self.batch_size, self.wall_offset = batch_size, wall_offset
+        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
+
+    def tick(self) -> float:
+        """Called once per iteration; the SPS so far."""
+        now = time.time()
+        if self.timed_from is None:  # SPS excludes the first iteration (warm-up)
+            self.timed_from, self.timed_steps = now, 0
+        else:
+            self.timed_steps += self.batch_size
+        return self.timed_steps / (now - self.timed_from) if self.timed_steps else self.batch_size / (now - self.start)
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.start
+
+    def final_sps(self, steps_taken: int, global_step: int) -> tuple:
+        """(SPS after warm-up, SPS with warm-up) of this process's steps."""
+        elapsed = time.time() - self.start
+        sps = (self.timed_steps / (time.time() - self.timed_from) if self.timed_from and self.timed_steps
+               else global_step / max(elapsed, 1e-9))
+        return sps, steps_taken / max(elapsed, 1e-9)
+
+
+def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent, optimizer, envs, normalizer, stats,
+                        state, world_size, rank, device):
+    """latest.ckpt: weights, Adam, and every rank's RNG streams, env physics, normaliser and episode accumulators
+    (gathered to rank 0, which writes)."""
+    ranks = [{"rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                      "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None},
+              "envs": get_env_state(envs), "normalizer": normalizer.state_dict(),
+              "episodes": (stats.returns.copy(), stats.lengths.copy()), "rollout": tuple(t.cpu() for t in state)}]
+    if world_size > 1:
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, ranks[0])
+        ranks = gathered
+    if rank == 0:
+        save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+            "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+            "wall_time": wall_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+            "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
+            "optimizer": optimizer.state_dict(), "ranks": ranks})
+
+
+def flatten_batch(storage, advantages, returns, cleanrl_compat: bool) -> tuple:
+    """(obs, actions, logprobs, advantages, returns, values, valid) over T x N; a step right after a done was
+    ignored by the env and is masked out (not by CleanRL)."""
+    b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+    b_actions = storage.actions.reshape((-1,) + storage.actions.shape[2:])
+    b_valid = valid_mask(storage.dones, cleanrl_compat).reshape(-1)
+    return (b_obs, b_actions, storage.logprobs.reshape(-1), advantages.reshape(-1),
+            returns.reshape(-1), storage.values.reshape(-1), b_valid)
+
+
+def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int):
+    """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
+    the ranks that hold them."""
+    idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
+    diag_obs = gather_rows(batch[0], idx, args.num_envs, rank, world_size)
+    diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
+    if rank != 0:
+        return None
+    return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
+
+
+def all_finite(loss_stats: np.ndarray, agent, world_size: int, device) -> bool:
+    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
+    return all_ranks_agree(finite, world_size, device)
+
+
+def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm):
+    """Rank 0: the finished episodes, CleanRL's charts and losses, and the diagnostics when the probe ran."""
+    for ep_return, ep_length in finished:
+        logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
+    scalars = {
+        "charts/learning_rate": lr,
+        "charts/SPS": sps,
+        "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
+        "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
+        "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+        "losses/explained_variance": ev,
+    }
+    if probe is not None:
+        diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
+        scalars.update(diag)
+        if args.kl_profile:
+            logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
+    logger.log(global_step, iteration, scalars)
+    logger.progress(global_step, sps)
+
+
+def finish_run(logger, args, status, global_step, iteration, clock, steps_taken, agent, normalizer, device, run_dir):
+    """Rank 0: summary.json, and with --save-model the model file (with the observation statistics) and its
+    evaluation on the raw reward."""
+    final_sps, sps_with_warmup = clock.final_sps(steps_taken, global_step)
+    summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
+               "SPS_with_warmup": sps_with_warmup}
+    if args.save_model and status == "finished":
+        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+        obs_mean, obs_var = normalizer.obs_rms.pooled()
+        torch.save({"agent": {k: v.cpu() for k, v in agent.state_dict().items()}, "norm_obs": args.norm_obs,
+                    "obs_mean": torch.as_tensor(obs_mean), "obs_var": torch.as_tensor(obs_var),
+                    "norm_clip": args.norm_clip}, model_path)
+        episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.env_backend, device, args.seed + 10_000)
+        for ep_return in episodic_returns:
+            logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
+        summary["eval_mean_return"] = float(np.mean(episodic_returns))
+        print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} episodes")
+    logger.close(summary)
+    print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
+    if status == "interrupted":
+        print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
+
+
+def main():
+    args, scaling, ckpt = read_args()
+    world_size, rank, device = init_distributed(args)
+    local_envs = args.num_envs // world_size
+    if rank == 0:
+        print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
+    seed_everything(args, rank)
+
+    # Envs: gymnasium MuJoCo envs continue from the checkpoint's physics state (bit-exact resume); envpool
+    # cannot save its state, so a resumed run restarts them with a fresh seed (SPEC §6)
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    saved = ckpt["ranks"][rank] if ckpt else None
+    restart = saved is not None and saved["envs"] is None
+    env_seed = args.seed + rank * local_envs + (1_000_003 * start_iteration if restart else 0)
+    envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads, uses_same_step(args))
+    obs_space, act_space = spaces(envs)
+    if ckpt and rank == 0:
+        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); "
+              + (f"envs restart with seed {env_seed}" if restart else "envs continue from their saved state"))
+    agent, optimizer, loss_fn = build_agent(args, obs_space.shape[0], act_space.shape[0], device)
+    if ckpt:
+        restore(ckpt, saved, agent, optimizer, args, device)
+    autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
+    stop = StopFlag()
+
+    # Storage and normalisation (statistics shared over all envs and ranks unless --norm-stats per-env)
+    storage = make_storage(args.num_steps, local_envs, obs_space.shape, act_space.shape, device)
+    stats = EpisodeStats(local_envs)
+    normalizer = Normalizer(obs_space.shape, local_envs, args, world_size if args.norm_stats == "shared" else 1)
+    state = start_envs(envs, normalizer, stats, saved, restart, local_envs, device)  # (obs, done, terminated)
+    global_step = start_step = ckpt["global_step"] if ckpt else 0
+    clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
+    status, iteration = "finished", start_iteration
+
+    def checkpoint(iteration):
+        save_run_checkpoint(run_dir, args, iteration, global_step, clock.wall_time(), agent, optimizer, envs, normalizer,
+                            stats, state, world_size, rank, device)
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        # Rollout: num_steps x local_envs transitions under the current policy, observations normalised
+        agent.eval()
+        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
+                                          world_size, rank)
+        finished = gather_list(finished, world_size)
+        global_step += args.batch_size
+
+        # GAE on the rollout, bootstrapped from the value of the next state
+        with torch.no_grad(), autocast():
+            _, _, next_value = agent(state[0])
+        terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
+        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
+                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
+        batch = flatten_batch(storage, advantages, returns, args.cleanrl_compat)
+        probe = None
+        if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
+            probe = make_probe(agent, batch, args, autocast, device, rank, world_size)
+
+        # PPO update: update_epochs passes over shuffled minibatches of the clipped surrogate
+        agent.train()
+        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
+                                          world_size, probe, loss_fn, rank)
+        # explained variance over all ranks' samples, in one process's layout
+        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in
+                                  (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
+
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        loss_stats = loss_stats.cpu().numpy()
+        if not all_finite(loss_stats, agent, world_size, device):
+            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
+                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+        if rank == 0:
+            log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
+                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm)
+
+        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            checkpoint(iteration)
+        if rank == 0:
+            logger.flush()
+        if status == "interrupted":
+            break
+
+    if status == "finished":
+        checkpoint(iteration)
+    envs.close()
+    if rank == 0:
+        finish_run(logger, args, status, global_step, iteration, clock, global_step - start_step, agent, normalizer,
+                   device, run_dir)
+    if world_size > 1:
+        dist.destroy_process_group()
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+# ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
+# >>> shared:errors
+class UsageError(Exception):
+    """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
+
+
+def exit_usage(err: Exception) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def check_finite_floats(args) -> None:
+    """inf or nan in any float flag (--ent-coef inf) would train, then stop on a NaN loss: refuse it up front."""
+    for field in dataclasses.fields(args):
+        value = getattr(args, field.name)
+        if isinstance(value, float):
+            check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+# <<< shared:errors
+
+
+# >>> shared:scaling
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+
+
+def resolve_scaling(args) -> dict:
+    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
+    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
+    check(n >= 1, f"--num-envs must be >= 1 (got {n})")
+    check(t >= 1, f"--num-steps must be >= 1 (got {t})")
+    check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
+    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
+          f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    batch = n * t
+    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
+    s = n / base_envs
+    lr = args.learning_rate
+    recipe = args.scaling_recipe
+    if recipe == "none":  # only the user's own batch matters
+        if args.minibatch_size > 0:
+            mb = args.minibatch_size
+        else:
+            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
+                  "choose a divisor or pass --minibatch-size")
+            mb = batch // m
+        base_mb = reference_mb
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_batch = base_envs * t
+        if args.minibatch_size > 0:
+            base_mb = args.minibatch_size
+            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+        else:
+            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+            base_mb = base_batch // m
+        b = args.minibatch_multiplier if recipe == "hybrid" else 1
+        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
+            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb = base_mb * b
+            lr = lr * math.sqrt(b)
+    check(mb >= 1 and batch % mb == 0,
+          f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
+          "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
+    num_mb = batch // mb
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
+        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
+              f"--scaling-recipe {recipe}, which already scales the lr")
+        ratio = mb / reference_mb
+        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
+    check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
+          f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
+            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def describe_scaling(scaling: dict, args) -> str:
+    """The printed 'resolved:' values: the base configuration only where a recipe or --lr-scaling uses it."""
+    if args.scaling_recipe != "none":
+        hidden = set()
+    elif args.lr_scaling != "none":  # M25 Fig. 11 scales by the minibatch ratio to the base; s plays no part
+        hidden = {"scale"}
+    else:
+        hidden = {"scale", "base_num_envs", "base_minibatch_size"}
+    return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
+# <<< shared:scaling
+
+
+# >>> shared:ppo-flags
+def check_ppo_flags(args) -> None:
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
+    check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
+    check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
+    # B26 Fig. 6b uses eps = 0: the clipped objective is still defined (gradients stop once the ratio leaves 1)
+    check(args.clip_coef >= 0, f"--clip-coef must be >= 0 (got {args.clip_coef})")
+    check(args.vf_coef >= 0, f"--vf-coef must be >= 0 (got {args.vf_coef})")
+    check(args.max_grad_norm > 0, f"--max-grad-norm must be > 0 (got {args.max_grad_norm}); "
+          "clipping at 0 or below zeroes or flips the gradient")
+    check(args.target_kl is None or args.target_kl > 0,
+          f"--target-kl must be > 0 (got {args.target_kl}); leave it out to never stop an update early")
+# <<< shared:ppo-flags
+
+
+# >>> shared:rundir
+def package_versions() -> dict:
+    from importlib import metadata
+    names = ["torch", "numpy", "gymnasium", "envpool", "ale-py", "mujoco", "jax", "flax", "optax", "kinetix-env", "tyro"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
+    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
+
+
+def claim_run_dir(path: str) -> str:
+    """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
+    candidate, k = path, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            k += 1
+            candidate = f"{path}-{k}"
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+                 headline: str = "charts/episodic_return"):
+        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+        atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
+        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        self.kl_profile = None
+        from tensorboard.summary import Writer
+        self.tb = Writer(run_dir)
+        self.wandb = None
+        if args.track:
+            import wandb
+            self.wandb = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=config,
+                                    name=os.path.basename(run_dir), dir=run_dir, resume="allow")
+        self.t0 = time.time()
+        self.total_steps = total_steps
+        self.headline, self.last_headline = headline, None  # the tag the progress display shows, and its last value
+        mode = args.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.mode, self.last_line = mode, 0.0
+
+    def _truncate_after(self, iteration: int) -> None:
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if iteration == 0 or not os.path.exists(path):
+            return
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
+        atomic_write(path, "".join(kept).encode())
+
+    def wall_clock(self) -> float:
+        """A row's wall_time (a script that tracks active time across resumes overrides this)."""
+        return time.time()
+
+    def log(self, step: int, iteration: int, scalars: dict) -> None:
+        row = {"global_step": int(step), "iteration": int(iteration), "wall_time": self.wall_clock()}
+        row.update({k: float(v) for k, v in scalars.items()})
+        self.metrics.write(json.dumps(row) + "\n")
+        for tag, value in scalars.items():
+            self.tb.add_scalar(tag, float(value), int(step))
+        if self.wandb is not None:
+            self.wandb.log({**scalars, "global_step": step})
+        if self.headline in scalars:
+            self.last_headline = float(scalars[self.headline])
+
+    def log_profile(self, row: dict) -> None:
+        if self.kl_profile is None:
+            self.kl_profile = open(os.path.join(self.run_dir, "kl_profile.jsonl"), "a")
+        self.kl_profile.write(json.dumps(row) + "\n")
+
+    def headline_text(self) -> str:
+        """The headline's last value; before the first one, that none has come yet (a NaN says nothing)."""
+        name = "return" if self.headline == "charts/episodic_return" else self.headline.split("/")[-1]
+        if self.last_headline is None:
+            return "no episode finished yet" if name == "return" else f"no {name} yet"
+        return f"{name} {self.last_headline:.2f}"
+
+    def progress(self, step: int, sps: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(step, self.total_steps)
+            self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
+            self.bar.refresh()
+        elif self.mode == "lines" and time.time() - self.last_line > 10:
+            self.last_line = time.time()
+            print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
+
+    def flush(self) -> None:
+        self.metrics.flush()
+        if self.kl_profile is not None:
+            self.kl_profile.flush()
+        self.tb.flush()
+
+    def close(self, summary: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
+        if self.bar is not None:
+            self.bar.close()
+        self.flush()
+        self.metrics.close()
+        if self.kl_profile is not None:
+            self.kl_profile.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM (Ctrl-C, Slurm preemption) set a flag; the loop checkpoints and exits at a safe point."""
+
+    def __init__(self):
+        self.signum = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+# <<< shared:rundir
+
+
+# >>> shared:checkpoint
+def save_checkpoint(path: str, state: dict) -> None:
+    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
+    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
+    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
+    written before them stands for, so those checkpoints still resume (and still must match)."""
+    check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file
+        raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
+    check(isinstance(state, dict) and state.get("script") == script,
+          f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
+          f"not {script}; use it with that script")
+    implied = implied or {}
+    for key, value in signature.items():
+        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
+              f"version of {script} wrote it); resume it with that version")
+        saved = state["signature"].get(key, implied.get(key))
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
+              f"pass {as_flag(key, saved)}")
+    return state
+
+
+def as_flag(key: str, value) -> str:
+    """The command-line spelling of key=value: --x / --no-x for booleans, --x A B for sequences ("no --x" when
+    empty), --x VALUE otherwise."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    if isinstance(value, (list, tuple)):
+        return f"--{name} {' '.join(map(str, value))}" if value else f"no --{name}"
+    return f"--{name} {value}"
+# <<< shared:checkpoint
+
+
+# >>> shared:diagnostics
+def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Per-state KL(p || q) of categorical distributions given as log-probabilities [S, A]."""
+    return np.sum(np.exp(logp) * (logp - logq), axis=-1)
+
+
+def gaussian_kl(mu_p, logstd_p, mu_q, logstd_q) -> np.ndarray:
+    """Per-state KL(p || q) of diagonal Gaussians, summed over action dimensions."""
+    var_p, var_q = np.exp(2 * logstd_p), np.exp(2 * logstd_q)
+    return np.sum(logstd_q - logstd_p + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5, axis=-1)
+
+
+def feature_ranks(features: np.ndarray, threshold: float = 0.99) -> tuple:
+    """M25 B.1: smallest k keeping `threshold` of sum(sigma^2) (feature_rank) and of sum(sigma) (srank)."""
+    sigma = np.linalg.svd(features.astype(np.float64), compute_uv=False)
+    def smallest_k(values):
+        total = values.sum()
+        if total <= 0:
+            return 0
+        return int(np.searchsorted(np.cumsum(values) / total, threshold - 1e-12) + 1)
+    return smallest_k(sigma ** 2), smallest_k(sigma)
+
+
+def dormant_fractions(activations: list, taus=(0.0, 0.025, 0.1)) -> dict:
+    """M25 B.2 (Sokar et al.): unit i of a layer is dormant if mean|h_i| / mean_layer(mean|h|) <= tau.
+    Activations are [S, units] or [S, C, H, W] (a conv channel is one unit)."""
+    scores = []
+    for h in activations:
+        per_unit = np.abs(h).reshape(h.shape[0], h.shape[1], -1).mean(axis=(0, 2))
+        layer_mean = per_unit.mean()
+        scores.append(per_unit / layer_mean if layer_mean > 0 else np.zeros_like(per_unit))
+    scores = np.concatenate(scores)
+    return {tau: float(np.mean(scores <= tau)) for tau in taus}
+
+
+def log_grad_kurtosis(grad: np.ndarray) -> float:
+    """M25 B.4 (Garg et al.): kurtosis E[(x-mu)^4] / Var(x)^2 of x = log(|g| + 1e-12)."""
+    x = np.log(np.abs(grad.astype(np.float64)) + 1e-12)
+    centred = x - x.mean()
+    var = np.mean(centred ** 2)
+    return float(np.mean(centred ** 4) / var ** 2) if var > 0 else float("nan")
+
+
+def ess_pct(log_ratio: np.ndarray) -> float:
+    """M25 B.5 (Martino et al.): 100 (sum w)^2 / (M sum w^2), w = pi_after(a|s) / pi_behavior(a|s)."""
+    w = np.exp(log_ratio.astype(np.float64) - np.max(log_ratio))  # the percentage is scale-invariant
+    return float(100.0 * w.sum() ** 2 / (len(w) * np.sum(w ** 2)))
+
+
+def policy_variance(outputs: np.ndarray) -> float:
+    """M25 B.6: mean over actions (or action dims) of the variance across states of pi(a|s) (or mu(s))."""
+    return float(np.mean(np.var(outputs.astype(np.float64), axis=0)))
+
+
+def kl_profile(kl_between) -> tuple:
+    """H25 Fig. 2: seq[j] = KL(pi_j || pi_{j-1}) for j = 1..J and ref[j] = KL(pi_J || pi_j) for j = 0..J-1,
+    each a mean over the fixed state set; kl_between(i, j) returns that per-state KL(pi_i || pi_j)."""
+    num_steps = kl_between.num_policies - 1
+    seq = [float(np.mean(kl_between(j, j - 1))) for j in range(1, num_steps + 1)]
+    ref = [float(np.mean(kl_between(num_steps, j))) for j in range(num_steps)]
+    return seq, ref
+
+# <<< shared:diagnostics
+
+
+# >>> shared:torch-activations
+# What the representation diagnostics (feature rank, srank, dormant units) read from the network: the outputs of
+# activation modules, caught by forward hooks while agent(obs) runs. The contract: docs, "Changing the network".
+ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.SiLU,
+               nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign)
+
+
+def activation_modules(module: nn.Module) -> list:
+    """Every activation module (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.ELU, nn.LeakyReLU, ...) inside `module`."""
+    return [m for m in module.modules() if isinstance(m, ACTIVATIONS)]
+
+
+def watched_activations(agent) -> dict:
+    """{metric prefix: modules whose outputs the diagnostics read}: what agent.watched_activations() marks
+    ("" = the policy's trunk, "critic_" = a separate critic's), else every activation module as one trunk."""
+    if hasattr(agent, "watched_activations"):
+        return dict(agent.watched_activations())
+    return {"": activation_modules(agent)}
+
+
+def check_watched_activations(agent, script: str) -> None:
+    """At start, not at the first diagnostic iteration: every trunk must have a module to watch."""
+    watched = {"": [], **watched_activations(agent)}  # the policy's trunk ("") is always read
+    empty = [prefix or "policy" for prefix, modules in watched.items() if not modules]
+    check(not empty, f"the diagnostics found no activation module to watch in the network ({', '.join(empty)} trunk): "
+                     "use activation modules (nn.ReLU, nn.GELU, ...) rather than functions, or list the modules in "
+                     f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
+
+
+def record_activations(agent, obs_chunks) -> dict:
+    """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
+    watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
+    channel, averaged over the rest), from one forward pass per chunk of states."""
+    watched = watched_activations(agent)
+    current = {prefix: [] for prefix in watched}
+    def hook(prefix):
+        def record(module, inputs, output):  # reduced at once: a later in-place op cannot change the magnitudes
+            h = output.detach().float()
+            current[prefix].append((h.abs().flatten(2).mean(2) if h.dim() > 2 else h.abs(), h))
+        return record
+    handles = [m.register_forward_hook(hook(prefix)) for prefix, modules in watched.items() for m in modules]
+    features, magnitudes = {p: [] for p in watched}, {p: [] for p in watched}
+    try:
+        with torch.no_grad():
+            for obs in obs_chunks:
+                agent(obs)
+                for prefix, outputs in current.items():
+                    if not outputs:
+                        raise RuntimeError(f"the watched activation modules of trunk '{prefix or 'policy'}' did not run in "
+                                           "agent(obs): the diagnostics read the modules the forward pass calls")
+                    magnitudes[prefix].append([magnitude for magnitude, _ in outputs])
+                    features[prefix].append(outputs[-1][1].flatten(1))
+                    outputs.clear()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {p: (torch.cat(features[p]).cpu().numpy(), [torch.cat(layer).cpu().numpy() for layer in zip(*magnitudes[p])])
+            for p in watched}
+
+
+def actor_critic_weight_norms(agent) -> dict:
+    """actor_weight_norm and critic_weight_norm when the agent names its critic's own parameters in
+    critic_parameters() (none when actor and critic share a trunk); the actor's are all the others."""
+    critic = list(agent.critic_parameters()) if hasattr(agent, "critic_parameters") else []
+    if not critic:
+        return {}
+    critic_ids = {id(p) for p in critic}
+    actor = [p for p in agent.parameters() if id(p) not in critic_ids]
+    return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
+            "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
+# <<< shared:torch-activations
+
+
+# >>> shared:ppo-batch
+def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
+    """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
+    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+
+
+def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
+    """1 for a sample that carries a learning signal; 0 for the step after a done, whose action the env ignored.
+    CleanRL keeps every step (--cleanrl-compat)."""
+    return torch.ones_like(dones) if cleanrl_compat else 1.0 - dones
+# <<< shared:ppo-batch
+
+
+# >>> shared:explained-variance
+def explained_variance(values, returns, valid) -> float:
+    """CleanRL's 1 - Var(returns - values) / Var(returns), over the valid (unmasked) samples only."""
+    keep = valid.reshape(-1).cpu().numpy() > 0
+    y_pred, y_true = values.reshape(-1).cpu().numpy()[keep], returns.reshape(-1).cpu().numpy()[keep]
+    var_y = np.var(y_true) if len(y_true) else 0.0
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+# <<< shared:explained-variance
 
 
 # >>> shared:torch-compile
@@ -1194,433 +1718,6 @@ def any_rank_says(flag: bool, world_size: int, device) -> bool:
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not any_rank_says(not flag, world_size, device)
 # <<< shared:torch-distributed
-
-
-def minibatch_moments(advantages, valid, world_size) -> tuple:
-    """Under torchrun: the whole minibatch's valid count and advantage (mean, unbiased std), over every rank's
-    share (ppo_loss's own formulas, with sums over ranks)."""
-    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
-    adv_mean = sum_over_ranks((advantages * valid).sum(), world_size) / count
-    var = sum_over_ranks(((advantages - adv_mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
-    return count, (adv_mean, var.sqrt())
-
-
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
-    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
-    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
-    `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
-    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
-    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    n = b_obs.shape[0] * world_size
-    clipfrac_sum = torch.zeros((), device=b_obs.device)
-    grad_norm_sum = torch.zeros((), device=b_obs.device)
-    steps = 0
-    for epoch in range(args.update_epochs):
-        perm = torch.randperm(n, device=b_obs.device)
-        for start in range(0, n, mb_size):
-            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
-            count, adv_moments = minibatch_moments(b_advantages[idx], b_valid[idx], world_size) if world_size > 1 else (None, None)
-            with autocast():
-                loss, stats = loss_fn(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
-                                       b_returns[idx], b_values[idx], b_valid[idx], args, count, adv_moments)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            stats = sum_over_ranks(stats, world_size)
-            if world_size > 1:
-                allreduce_gradients(agent, world_size)
-            if probe is not None and steps == 0:
-                probe.first_gradient(agent)
-            grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            clipfrac_sum += stats[5]
-            steps += 1
-            if probe is not None:
-                probe.after_step(agent)
-        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
-            break
-    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
-    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
-# ---------------------------------------------------------------------------------------------------------
-PROFILE_BYTES = 256 << 20  # the KL profile keeps mu(s) of every policy pi_0..pi_J; beyond this, fewer states
-
-
-class DiagnosticProbe:
-    def __init__(self, agent, obs, actions, autocast, num_policies):
-        self.obs, self.actions, self.autocast = obs, actions, autocast
-        self.params_before = [p.detach().clone() for p in agent.parameters()]
-        # H25 Fig. 2 at 1000 minibatches x 10 epochs is 10^4 policies: the profile uses an evenly strided subset
-        keep = max(2, min(len(obs), PROFILE_BYTES // (4 * actions.shape[1] * num_policies)))
-        self.profile_idx = torch.as_tensor(diagnostic_states(len(obs), keep), device=obs.device)
-        self.behavior = self.policy(agent, self.obs)  # pi_0 = the behaviour policy, on every diagnostic state
-        self.mus = [self.behavior[0][self.profile_idx.cpu().numpy()].astype(np.float32)]
-        self.logstds = [self.behavior[1]]
-        self.grad = None
-
-    def policy(self, agent, obs) -> tuple:
-        with torch.no_grad(), self.autocast():
-            mean, logstd, _ = agent(obs)
-        return mean.float().cpu().numpy().astype(np.float64), logstd.detach().float().cpu().numpy().astype(np.float64)
-
-    def first_gradient(self, agent):
-        self.grad = flat_numpy([p.grad for p in agent.parameters() if p.grad is not None])
-
-    def after_step(self, agent):
-        mean, logstd = self.policy(agent, self.obs[self.profile_idx])
-        self.mus.append(mean.astype(np.float32))
-        self.logstds.append(logstd)
-
-    def __call__(self, i, j):
-        return gaussian_kl(self.mus[i].astype(np.float64), self.logstds[i], self.mus[j].astype(np.float64), self.logstds[j])
-
-    @property
-    def num_policies(self):
-        return len(self.mus)
-
-    def results(self, agent, batch_size, grad_norm) -> tuple:
-        (mu_behavior, logstd_behavior), (mu_after, logstd_after) = self.behavior, self.policy(agent, self.obs)
-        kl_behavior = float(np.mean(gaussian_kl(mu_behavior, logstd_behavior, mu_after, logstd_after)))
-        seq, ref = kl_profile(self)
-        acts = self.actions.cpu().numpy().astype(np.float64)
-        def logp(mu, logstd):  # the log(2 pi) constants cancel in the ratio
-            return np.sum(-0.5 * ((acts - mu) / np.exp(logstd)) ** 2 - logstd, axis=-1)
-        log_ratio = logp(mu_after, logstd_after) - logp(mu_behavior, logstd_behavior)
-        out = {
-            "diagnostics/kl_behavior": kl_behavior,
-            "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
-            "diagnostics/seq_kl_mean": float(np.mean(seq)),
-            "diagnostics/ref_kl_mean": float(np.mean(ref)),
-            "diagnostics/update_size": float(np.linalg.norm(flat_numpy(agent.parameters()) - flat_numpy(self.params_before))),
-            "diagnostics/grad_norm": float(grad_norm),
-            "diagnostics/grad_kurtosis": log_grad_kurtosis(self.grad),
-            "diagnostics/ess_pct": ess_pct(log_ratio),
-            "diagnostics/policy_variance": policy_variance(mu_after),
-            "diagnostics/weight_norm": float(np.linalg.norm(flat_numpy(agent.parameters()))),
-        }
-        for prefix, (features, magnitudes) in record_activations(agent, [self.obs]).items():
-            rank, srank = feature_ranks(features)
-            dormant = dormant_fractions(magnitudes)  # on |h|: a tanh unit is dormant when it stays near 0
-            out[f"diagnostics/{prefix}feature_rank"] = rank
-            out[f"diagnostics/{prefix}srank"] = srank
-            out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
-            out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
-            out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-        out.update(actor_critic_weight_norms(agent))
-        return out, seq, ref
-
-
-def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
-    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
-    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Evaluation of a saved model (raw reward; observations normalised with the statistics saved with it)
-# ---------------------------------------------------------------------------------------------------------
-def evaluate(model_path, env_id, eval_episodes, backend, device, seed):
-    envs = make_envs(env_id, eval_episodes, seed, backend)
-    obs_space, act_space = spaces(envs)
-    model = torch.load(model_path, map_location=device)
-    agent = Agent(obs_space.shape[0], act_space.shape[0]).to(device)
-    agent.load_state_dict(model["agent"])
-    stats = EpisodeStats(eval_episodes)
-    obs, _ = envs.reset()
-    episode_returns = np.full(eval_episodes, np.nan)
-    reset_step = np.zeros(eval_episodes, dtype=bool)
-    while np.isnan(episode_returns).any():
-        normed = normalize(obs, model["obs_mean"].numpy(), model["obs_var"].numpy(), model["norm_clip"]) if model["norm_obs"] else obs
-        with torch.no_grad():
-            mean, logstd, _ = agent(torch.as_tensor(normed, dtype=torch.float32, device=device))
-            action, _ = sample_actions(mean, logstd)
-        obs, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), act_space.low, act_space.high))
-        for i, (ep_return, _) in zip(np.flatnonzero(np.logical_or(term, trunc)), stats.update(reward, term, trunc, reset_step)):
-            if np.isnan(episode_returns[i]):
-                episode_returns[i] = ep_return
-        reset_step = np.logical_or(term, trunc)
-    envs.close()
-    return episode_returns
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
-# ---------------------------------------------------------------------------------------------------------
-SCRIPT = "ppo_continuous_mujoco"
-
-
-def env_ids(backend: str) -> list:
-    """gymnasium's MuJoCo v4 and v5 ids (v2/v3 need mujoco-py); with envpool, its ids of the same tasks."""
-    families = {i.rsplit("-v", 1)[0] for i in gymnasium_mujoco_ids()}
-    if backend == "gymnasium":
-        return [i for i in gymnasium_mujoco_ids() if i.endswith(("-v4", "-v5"))]
-    return [i for i in import_envpool().list_all_envs() if i.rsplit("-v", 1)[0] in families]
-
-
-def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
-    check_finite_floats(args)
-    if args.cleanrl_compat:  # CleanRL's gymnasium wrappers keep their statistics per env
-        args.norm_stats = "per-env"
-    known = env_ids(args.env_backend)
-    check(args.env_id in known, f"--env-id {args.env_id!r} is not a MuJoCo id of the {args.env_backend} backend "
-          f"(e.g. {', '.join(known[:3])}; see --env-backend)")
-    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
-    check_ppo_flags(args)
-    check(args.norm_clip > 0, f"--norm-clip must be > 0 (got {args.norm_clip})")
-    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
-    check(args.torch_threads >= 0, f"--torch-threads must be >= 0 (got {args.torch_threads})")
-    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
-    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
-    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
-    check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
-    check(not args.capture_video, "--capture-video: needs moviepy, which requirements.txt does not pin; "
-          "evaluate the saved model with --save-model")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    check(args.num_envs % world_size == 0,
-          f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
-    scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
-    return scaling
-
-
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
-    return {"env_id": args.env_id, "env_backend": args.env_backend, "norm_stats": args.norm_stats,
-            "cleanrl_compat": args.cleanrl_compat, "num_envs": args.num_envs, "num_steps": args.num_steps}
-
-
-def main():
-    args = tyro.cli(Args)
-    try:
-        scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
-        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
-    except UsageError as e:
-        exit_usage(e)
-    args.batch_size = scaling["batch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
-    # Data parallelism: each rank runs num_envs / world envs and averages gradients (SPEC §7)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if world_size > 1:
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    local_envs = args.num_envs // world_size
-    if rank == 0:
-        print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
-
-    # Seeding: one torch stream on every rank (the same weights; every rank draws the whole batch's samples)
-    random.seed(args.seed + rank)
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-
-    # Envs: gymnasium MuJoCo envs continue from the checkpoint's physics state (bit-exact resume); envpool
-    # cannot save its state, so a resumed run restarts them with a fresh seed (SPEC §6)
-    start_iteration = ckpt["iteration"] if ckpt else 0
-    saved = ckpt["ranks"][rank] if ckpt else None
-    restart = saved is not None and saved["envs"] is None
-    env_seed = args.seed + rank * local_envs + (1_000_003 * start_iteration if restart else 0)
-    envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads, uses_same_step(args))
-    obs_space, act_space = spaces(envs)
-    if ckpt and rank == 0:
-        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); "
-              + (f"envs restart with seed {env_seed}" if restart else "envs continue from their saved state"))
-
-    # Agent and optimizer
-    agent = Agent(obs_space.shape[0], act_space.shape[0]).to(device)
-    if args.diagnostics_every > 0:
-        try:
-            check_watched_activations(agent, SCRIPT)
-        except UsageError as e:
-            exit_usage(e)
-    # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    loss_fn = maybe_compile(ppo_loss, args.compile)
-    torch.manual_seed(args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["agent"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
-        rng = saved["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if device.type == "cuda" and rng.get("cuda") is not None:
-            torch.cuda.set_rng_state(rng["cuda"], device)
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
-
-    # Run directory (rank 0 logs and checkpoints)
-    if ckpt:
-        run_dir = ckpt["run_dir"]
-    else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration) if rank == 0 else None
-    run_dir = logger.run_dir if logger else run_dir
-    stop = StopFlag()
-
-    # Storage and normalisation (statistics shared over all envs and ranks unless --norm-stats per-env)
-    storage = make_storage(args.num_steps, local_envs, obs_space.shape, act_space.shape, device)
-    stats = EpisodeStats(local_envs)
-    normalizer = Normalizer(obs_space.shape, local_envs, args, world_size if args.norm_stats == "shared" else 1)
-    if saved is not None and not restart:
-        set_env_state(envs, saved["envs"])
-        normalizer.load_state_dict(saved["normalizer"])
-        stats.returns, stats.lengths = saved["episodes"]
-        state = tuple(t.to(device) for t in saved["rollout"])
-    else:
-        if saved is not None:
-            normalizer.load_state_dict(saved["normalizer"], restart_returns=True)
-        obs_np, _ = envs.reset()
-        zeros = torch.zeros(local_envs, device=device)
-        state = (torch.as_tensor(normalizer.obs(obs_np), device=device), zeros, zeros)
-
-    global_step = ckpt["global_step"] if ckpt else 0
-    wall_offset = ckpt["wall_time"] if ckpt else 0.0
-    start_time, timed_steps, timed_from = time.time(), 0, None
-    status, iteration = "finished", start_iteration
-
-    def checkpoint(iteration):
-        ranks = [{"rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                          "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None},
-                  "envs": get_env_state(envs), "normalizer": normalizer.state_dict(),
-                  "episodes": (stats.returns.copy(), stats.lengths.copy()), "rollout": tuple(t.cpu() for t in state)}]
-        if world_size > 1:
-            gathered = [None] * world_size
-            dist.all_gather_object(gathered, ranks[0])
-            ranks = gathered
-        if rank == 0:
-            save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
-                "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
-                "wall_time": wall_offset + time.time() - start_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
-                "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
-                "optimizer": optimizer.state_dict(), "ranks": ranks})
-
-    for iteration in range(start_iteration + 1, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-
-        agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
-                                          world_size, rank)
-        finished = gather_list(finished, world_size)
-        global_step += args.batch_size
-
-        with torch.no_grad(), autocast():
-            _, _, next_value = agent(state[0])
-        terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
-        advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
-                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
-
-        # Flatten the batch; a step right after a done was ignored by the env and is masked out (not by CleanRL)
-        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-        b_actions = storage.actions.reshape((-1,) + storage.actions.shape[2:])
-        b_valid = valid_mask(storage.dones, args.cleanrl_compat).reshape(-1)
-        batch = (b_obs, b_actions, storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), b_valid)
-
-        diag_now = args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0
-        probe = None
-        if diag_now:  # the states are rows of the whole batch, gathered from the ranks that hold them
-            idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
-            diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
-            diag_actions = gather_rows(b_actions, idx, args.num_envs, rank, world_size)
-            if rank == 0:
-                probe = DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
-
-        agent.train()
-        loss_stats, grad_norm, num_updates = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
-                                                    world_size, probe, loss_fn, rank)
-        # explained variance over all ranks' samples, in one process's layout
-        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in
-                                  (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
-
-        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
-        loss_stats = loss_stats.cpu().numpy()
-        finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
-        if not all_ranks_agree(finite, world_size, device):
-            print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
-                  "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
-            status = "diverged"
-            break
-
-        if rank == 0:
-            now = time.time()
-            if timed_from is None:  # SPS excludes the first iteration (warm-up)
-                timed_from, timed_steps = now, 0
-            else:
-                timed_steps += args.batch_size
-            sps = timed_steps / (now - timed_from) if timed_steps else args.batch_size / (now - start_time)
-            for ep_return, ep_length in finished:
-                logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
-            scalars = {
-                "charts/learning_rate": optimizer.param_groups[0]["lr"],
-                "charts/SPS": sps,
-                "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
-                "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
-                "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
-                "losses/explained_variance": ev,
-            }
-            if probe is not None:
-                diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
-                scalars.update(diag)
-                if args.kl_profile:
-                    logger.log_profile({"global_step": global_step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
-            logger.log(global_step, iteration, scalars)
-            logger.progress(global_step, sps)
-
-        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
-            status = "interrupted"
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            checkpoint(iteration)
-        if rank == 0:
-            logger.flush()
-        if status == "interrupted":
-            break
-
-    if status == "finished":
-        checkpoint(iteration)
-    envs.close()
-    elapsed = time.time() - start_time
-    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else global_step / max(elapsed, 1e-9)
-    if rank == 0:
-        summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
-                   "SPS_with_warmup": (global_step - (ckpt["global_step"] if ckpt else 0)) / max(elapsed, 1e-9)}
-        if args.save_model and status == "finished":
-            model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-            obs_mean, obs_var = normalizer.obs_rms.pooled()
-            torch.save({"agent": {k: v.cpu() for k, v in agent.state_dict().items()}, "norm_obs": args.norm_obs,
-                        "obs_mean": torch.as_tensor(obs_mean), "obs_var": torch.as_tensor(obs_var),
-                        "norm_clip": args.norm_clip}, model_path)
-            episodic_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.env_backend, device, args.seed + 10_000)
-            for i, ep_return in enumerate(episodic_returns):
-                logger.log(global_step, iteration, {"eval/episodic_return": ep_return})
-            summary["eval_mean_return"] = float(np.mean(episodic_returns))
-            print(f"model saved to {model_path}; eval return {np.mean(episodic_returns):.2f} over {args.eval_episodes} episodes")
-        logger.close(summary)
-        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {run_dir}")
-        if status == "interrupted":
-            print(f"interrupted; resume with --resume {os.path.join(run_dir, 'checkpoints', 'latest.ckpt')}")
-    if world_size > 1:
-        dist.destroy_process_group()
-    if status == "diverged":
-        sys.exit(3)
-    if status == "interrupted":
-        sys.exit(128 + stop.signum)
 
 
 if __name__ == "__main__":
