@@ -1,5 +1,12 @@
-# Noisy gradient descent on x^T x: B26's stochastic-optimization model of PPO's outer loop (App. A; Figs. 1b,
-# 2a, 3b). All seeds run as one numpy batch; every seed gets its own run directory. Docs: docs/noisy_sgd.md
+"""Noisy gradient descent on x^T x: B26's (beukman2026) stochastic-optimization model of PPO's outer loop (App. A;
+Figs. 1b, 2a, 3b), with the closed-form plateau it reaches. All seeds run as one numpy batch; every seed gets its
+own run directory.
+
+    python cleanrl_scaling/noisy_sgd.py --learning-rate 0.1 --total-steps 1000 --num-seeds 5
+
+Docs: docs/noisy_sgd.md. Read top to bottom: Args, the closed form, the descent, main; below the marked line, the
+infrastructure every script shares.
+"""
 import dataclasses
 import json
 import math
@@ -41,6 +48,243 @@ class RunArgs:
 # <<< shared:run-args
 
 
+@dataclass
+class Args(RunArgs):
+    dim: int = 50
+    """dimension d of x (B26 App. A: 50)"""
+    learning_rate: float = 0.1
+    """step size alpha of gradient descent"""
+    noise_std: Optional[float] = None
+    """std of the Gaussian noise added to every gradient coordinate (default 3/sqrt(dim), B26 App. A's 3/sqrt(50))"""
+    total_steps: int = 1000
+    """number of gradient steps"""
+    num_seeds: int = 5
+    """seeds --seed, --seed+1, ... simulated together as one batch (B26 App. A.1 uses five)"""
+    x0: float = 1.0
+    """every coordinate of the starting point, so the initial distance is x0 * sqrt(dim)"""
+    switch_step: int = 0
+    """after this many steps the step size becomes --switch-learning-rate (0 = never; B26 Fig. 3b)"""
+    switch_learning_rate: float = 0.0
+    """the step size after --switch-step"""
+    log_every: int = 5
+    """log every K steps (and the start and the last step)"""
+    log_seeds: int = -1
+    """write run directories for the first K seeds only (-1 = all); the printed plateau check uses every seed"""
+
+
+SCRIPT = "noisy_sgd"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Closed form of the plateau (derivation: docs/noisy_sgd.md)
+# x_{t+1} = x_t - a (2 x_t + s xi_t) = (1 - 2a) x_t - a s xi_t,  xi_t ~ N(0, I_d)
+# ---------------------------------------------------------------------------------------------------------
+def default_noise_std(dim: int) -> float:
+    return 3.0 / math.sqrt(dim)  # B26 App. A: 3/sqrt(50) for d = 50, i.e. E||noise||^2 = 9 for every d
+
+
+def chi_mean(dim: int) -> float:
+    """E||z|| for z ~ N(0, I_dim): the mean of the chi distribution, sqrt(2) Gamma((d+1)/2) / Gamma(d/2)."""
+    return math.sqrt(2.0) * math.exp(math.lgamma((dim + 1) / 2) - math.lgamma(dim / 2))
+
+
+def stationary_variance(lr: float, noise_std: float) -> float:
+    """Per-coordinate variance v of the stationary x: v = (1-2a)^2 v + a^2 s^2, so v = a s^2 / (4 (1 - a))."""
+    if not 0 < lr < 1:
+        return math.inf  # |1 - 2a| >= 1: no stationary distribution
+    return lr * noise_std**2 / (4.0 * (1.0 - lr))
+
+
+def plateau(lr: float, noise_std: float, dim: int) -> dict:
+    """Stationary x ~ N(0, v I_d): E||x - x*||^2 = d v and ||x - x*|| / sqrt(v) ~ chi_d (x* = 0).
+    The update a (2x + s xi) is N(0, a^2 (4v + s^2) I_d) = N(0, a^2 s^2 / (1 - a) I_d) at stationarity."""
+    v = stationary_variance(lr, noise_std)
+    if math.isinf(v):
+        return {"sq_distance": math.inf, "distance": math.inf, "update_size": math.inf}
+    update_scale = lr * noise_std / math.sqrt(1.0 - lr)
+    return {"sq_distance": dim * v, "distance": math.sqrt(v) * chi_mean(dim),
+            "update_size": update_scale * chi_mean(dim)}
+
+
+def expected_sq_distance(lrs: np.ndarray, noise_std: float, dim: int, x0: float) -> np.ndarray:
+    """Exact E||x_t - x*||^2 for t = 0..len(lrs) under any step-size schedule: every coordinate has mean
+    m_{t+1} = (1 - 2a_t) m_t and variance v_{t+1} = (1 - 2a_t)^2 v_t + a_t^2 s^2."""
+    m, v = float(x0), 0.0
+    out = [dim * m * m]
+    for a in lrs:
+        m, v = (1 - 2 * a) * m, (1 - 2 * a) ** 2 * v + a * a * noise_std**2
+        out.append(dim * (m * m + v))
+    return np.asarray(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation, seeding, the problem
+# ---------------------------------------------------------------------------------------------------------
+def validate(args) -> dict:
+    """Every user mistake is caught here, before anything is simulated or written (SPEC §6)."""
+    check_finite_floats(args)
+    check(args.dim >= 1, f"--dim must be >= 1 (got {args.dim})")
+    check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
+    check(args.noise_std is None or args.noise_std >= 0, f"--noise-std must be >= 0 (got {args.noise_std})")
+    check(args.total_steps >= 1, f"--total-steps must be >= 1 (got {args.total_steps})")
+    check(args.num_seeds >= 1, f"--num-seeds must be >= 1 (got {args.num_seeds})")
+    check(args.seed >= 0, f"--seed must be >= 0 (got {args.seed}); numpy seeds are non-negative")
+    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
+    check(args.log_seeds >= -1, f"--log-seeds must be -1 (all) or >= 0 (got {args.log_seeds})")
+    check(0 <= args.switch_step < args.total_steps,
+          f"--switch-step must lie in [0, --total-steps) = [0, {args.total_steps}) (got {args.switch_step}); "
+          "0 = no switch")
+    check(args.switch_step == 0 or args.switch_learning_rate > 0,
+          f"--switch-step {args.switch_step} needs --switch-learning-rate > 0 (got {args.switch_learning_rate})")
+    check(args.switch_step > 0 or args.switch_learning_rate == 0,
+          "--switch-learning-rate is only used with --switch-step > 0; pass both or neither")
+    check(args.resume is None, "--resume: noisy_sgd runs in seconds and keeps no checkpoints; rerun it instead")
+    check(args.checkpoint_every == 0, "--checkpoint-every: noisy_sgd keeps no checkpoints; leave it at 0")
+    noise_std = default_noise_std(args.dim) if args.noise_std is None else args.noise_std
+    final_lr = args.switch_learning_rate if args.switch_step else args.learning_rate
+    return {"env_id": f"NoisyQuadratic-d{args.dim}", "noise_std": noise_std, "final_learning_rate": final_lr,
+            "initial_distance": abs(args.x0) * math.sqrt(args.dim),
+            "plateau": plateau(final_lr, noise_std, args.dim)}
+
+
+def lr_at(step: int, args) -> float:
+    """Step size of update step+1 (steps count from 0); --switch-step changes it mid-run (B26 Fig. 3b)."""
+    return args.switch_learning_rate if args.switch_step and step >= args.switch_step else args.learning_rate
+
+
+def divergence_advice(step: int, lr: float, args) -> str:
+    """The flag to change after x overflowed at `step`: the one that set the step size in force then (issue 16.4:
+    after --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
+    if lr < 1:
+        return "lower --noise-std or --x0"
+    return "lower --switch-learning-rate" if args.switch_step and step - 1 >= args.switch_step else "lower --learning-rate"
+
+
+def noise_chunks(seeds: list, dim: int, total_steps: int):
+    """Standard normal noise [steps, seeds, dim] in chunks of ~16 MB. Each seed draws from its own generator, so a
+    seed's trajectory is the same whatever other seeds share its batch."""
+    rngs = [np.random.default_rng(s) for s in seeds]
+    chunk = max(1, min(total_steps, 2**21 // (len(seeds) * dim)))
+    for start in range(0, total_steps, chunk):
+        size = min(chunk, total_steps - start)
+        yield start, np.stack([rng.standard_normal((size, dim)) for rng in rngs], axis=1)
+
+
+def descend(x: np.ndarray, seeds: list, noise_std: float, args):
+    """Noisy gradient descent on x^T x for every seed at once (rows of x). Yields (step, x, grad, lr) after every
+    --log-every steps and after the last one; grad is the noisy gradient of that step."""
+    for start, xi in noise_chunks(seeds, x.shape[1], args.total_steps):
+        for j in range(xi.shape[0]):
+            lr = lr_at(start + j, args)
+            grad = 2.0 * x + noise_std * xi[j]  # B26 App. A: the gradient of x^T x is 2x, plus N(0, s^2 I) noise
+            x = x - lr * grad
+            step = start + j + 1
+            if step % args.log_every == 0 or step == args.total_steps:
+                yield step, x, grad, lr
+
+
+def mean_with_ci(values: np.ndarray) -> str:
+    """Mean over seeds with its 95% confidence interval; one seed has none, which is said, not printed as nan."""
+    if len(values) < 2:
+        return f"{values.mean():.5g} (one seed: no confidence interval; --num-seeds 2 or more gives one)"
+    ci = 1.96 * values.std(ddof=1) / math.sqrt(len(values))
+    return f"{values.mean():.5g} +- {ci:.2g} (95% CI over {len(values)} seeds)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: args -> validation -> run directories -> loop (gradient step, diagnostics, logging) -> summary
+# ---------------------------------------------------------------------------------------------------------
+def open_runs(args, resolved: dict, logged: list) -> list:
+    """Run directories: one per logged seed, each a complete SPEC §4 run (the aggregation averages over them)."""
+    env_id = resolved["env_id"]
+    commit, versions = git_commit(), package_versions()
+    loggers = []
+    for i, seed in enumerate(logged):
+        seed_args = dataclasses.replace(args, seed=seed, progress=args.progress if i == 0 else "none")
+        run_dir = os.path.join(args.runs_dir, f"{env_id}__{args.exp_name}__{seed}__{int(time.time())}")
+        config = {"args": dataclasses.asdict(seed_args), "resolved": resolved, "env_id": env_id, "argv": sys.argv[1:],
+                  "versions": versions, "git_commit": commit, "script": SCRIPT}
+        loggers.append(RunLogger(run_dir, config, seed_args, args.total_steps, headline="charts/neg_distance"))
+    return loggers
+
+
+def print_plateau_check(args, resolved: dict, step: int, distance: np.ndarray) -> None:
+    """The closed-form plateau against every seed's final distance, and a note when the run was too short."""
+    target = resolved["plateau"]
+    schedule = np.array([lr_at(t, args) for t in range(step)])
+    transient = expected_sq_distance(schedule, resolved["noise_std"], args.dim, args.x0)[-1] - target["sq_distance"]
+    print(f"plateau (step size {resolved['final_learning_rate']:g}): closed form E||x - x*|| = "
+          f"{target['distance']:.5g}, E||x - x*||^2 = {target['sq_distance']:.5g}; simulated ||x_T - x*|| = "
+          f"{mean_with_ci(distance)}")
+    if abs(transient) > 0.01 * target["sq_distance"]:
+        print(f"note: {step} steps are too few to reach the plateau from x0 (E||x_T||^2 is still "
+              f"{transient:+.3g} from it); raise --total-steps")
+
+
+def main():
+    args = tyro.cli(Args)
+    try:
+        resolved = validate(args)
+        if args.log_seeds != 0:  # --log-seeds 0 writes nothing
+            check_writable_dir(args.runs_dir, "--runs-dir")
+    except UsageError as e:
+        exit_usage(e)
+    env_id, noise_std, target = resolved["env_id"], resolved["noise_std"], resolved["plateau"]
+    seeds = list(range(args.seed, args.seed + args.num_seeds))
+    logged = seeds if args.log_seeds < 0 else seeds[: args.log_seeds]
+    print(f"resolved: env_id={env_id}, noise_std={noise_std:.6g}, seeds={seeds[0]}..{seeds[-1]}, "
+          f"initial distance={resolved['initial_distance']:.6g}, closed-form plateau distance={target['distance']:.6g}")
+
+    loggers = open_runs(args, resolved, logged)
+    stop = StopFlag()
+
+    def log(step: int, x: np.ndarray, grad: Optional[np.ndarray], lr: float) -> None:
+        distance = np.linalg.norm(x[: len(loggers)], axis=1)  # x* = 0
+        grad_norm = None if grad is None else np.linalg.norm(grad[: len(loggers)], axis=1)
+        for i, logger in enumerate(loggers):
+            scalars = {"charts/neg_distance": -distance[i], "charts/learning_rate": lr}  # B26 plots -||x - x*||
+            if grad_norm is not None:  # B26 Fig. 2a: the size of the update that produced x_t
+                scalars.update({"diagnostics/update_size": lr * grad_norm[i], "diagnostics/grad_norm": grad_norm[i]})
+            logger.log(step, step, scalars)
+
+    x = last_finite = np.full((len(seeds), args.dim), float(args.x0))
+    log(0, x, None, lr_at(0, args))
+    status, step, start_time = "finished", 0, time.time()
+    with np.errstate(over="ignore", invalid="ignore"):
+        for step, x, grad, lr in descend(x, seeds, noise_std, args):
+            if not np.isfinite(np.linalg.norm(x, axis=1)).all():  # ||x|| overflows long before x does
+                status = "diverged"
+                print(f"error: x is no longer finite at step {step} (step size {lr:g}; only step sizes below 1 have a "
+                      f"plateau); {divergence_advice(step, lr, args)}", file=sys.stderr)
+                break
+            last_finite = x
+            log(step, x, grad, lr)
+            if loggers and loggers[0].bar is not None:  # a bar on a terminal; plain lines are pointless for seconds
+                loggers[0].progress(step, step / max(time.time() - start_time, 1e-9))
+            if stop.signum:
+                status = "interrupted"
+                break
+    elapsed = time.time() - start_time
+
+    # Summary: each run directory, then the plateau check over every seed
+    distance = np.linalg.norm(last_finite, axis=1)
+    for i, logger in enumerate(loggers):
+        summary = {"status": status, "global_step": step, "iteration": step,
+                   "final_neg_distance": float(-distance[i]), "closed_form_neg_distance": -target["distance"]}
+        if args.save_model and status == "finished":
+            with open(os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model"), "wb") as f:
+                np.save(f, x[i])  # the "model" is the final point x_T
+        logger.close(summary)
+    print(f"{len(seeds)} seeds x {step} steps in {elapsed:.2f}s; {len(loggers)} run directories in {args.runs_dir}")
+    if status == "finished" and math.isfinite(target["distance"]):
+        print_plateau_check(args, resolved, step, distance)
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+# ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
 # >>> shared:errors
 class UsageError(Exception):
     """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
@@ -229,230 +473,6 @@ class StopFlag:
         self.signum = signum
         print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
 # <<< shared:rundir
-
-
-@dataclass
-class Args(RunArgs):
-    dim: int = 50
-    """dimension d of x (B26 App. A: 50)"""
-    learning_rate: float = 0.1
-    """step size alpha of gradient descent"""
-    noise_std: Optional[float] = None
-    """std of the Gaussian noise added to every gradient coordinate (default 3/sqrt(dim), B26 App. A's 3/sqrt(50))"""
-    total_steps: int = 1000
-    """number of gradient steps"""
-    num_seeds: int = 5
-    """seeds --seed, --seed+1, ... simulated together as one batch (B26 App. A.1 uses five)"""
-    x0: float = 1.0
-    """every coordinate of the starting point, so the initial distance is x0 * sqrt(dim)"""
-    switch_step: int = 0
-    """after this many steps the step size becomes --switch-learning-rate (0 = never; B26 Fig. 3b)"""
-    switch_learning_rate: float = 0.0
-    """the step size after --switch-step"""
-    log_every: int = 5
-    """log every K steps (and the start and the last step)"""
-    log_seeds: int = -1
-    """write run directories for the first K seeds only (-1 = all); the printed plateau check uses every seed"""
-
-
-SCRIPT = "noisy_sgd"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Closed form of the plateau (derivation: docs/noisy_sgd.md)
-# x_{t+1} = x_t - a (2 x_t + s xi_t) = (1 - 2a) x_t - a s xi_t,  xi_t ~ N(0, I_d)
-# ---------------------------------------------------------------------------------------------------------
-def default_noise_std(dim: int) -> float:
-    return 3.0 / math.sqrt(dim)  # B26 App. A: 3/sqrt(50) for d = 50, i.e. E||noise||^2 = 9 for every d
-
-
-def chi_mean(dim: int) -> float:
-    """E||z|| for z ~ N(0, I_dim): the mean of the chi distribution, sqrt(2) Gamma((d+1)/2) / Gamma(d/2)."""
-    return math.sqrt(2.0) * math.exp(math.lgamma((dim + 1) / 2) - math.lgamma(dim / 2))
-
-
-def stationary_variance(lr: float, noise_std: float) -> float:
-    """Per-coordinate variance v of the stationary x: v = (1-2a)^2 v + a^2 s^2, so v = a s^2 / (4 (1 - a))."""
-    if not 0 < lr < 1:
-        return math.inf  # |1 - 2a| >= 1: no stationary distribution
-    return lr * noise_std**2 / (4.0 * (1.0 - lr))
-
-
-def plateau(lr: float, noise_std: float, dim: int) -> dict:
-    """Stationary x ~ N(0, v I_d): E||x - x*||^2 = d v and ||x - x*|| / sqrt(v) ~ chi_d (x* = 0).
-    The update a (2x + s xi) is N(0, a^2 (4v + s^2) I_d) = N(0, a^2 s^2 / (1 - a) I_d) at stationarity."""
-    v = stationary_variance(lr, noise_std)
-    if math.isinf(v):
-        return {"sq_distance": math.inf, "distance": math.inf, "update_size": math.inf}
-    update_scale = lr * noise_std / math.sqrt(1.0 - lr)
-    return {"sq_distance": dim * v, "distance": math.sqrt(v) * chi_mean(dim),
-            "update_size": update_scale * chi_mean(dim)}
-
-
-def expected_sq_distance(lrs: np.ndarray, noise_std: float, dim: int, x0: float) -> np.ndarray:
-    """Exact E||x_t - x*||^2 for t = 0..len(lrs) under any step-size schedule: every coordinate has mean
-    m_{t+1} = (1 - 2a_t) m_t and variance v_{t+1} = (1 - 2a_t)^2 v_t + a_t^2 s^2."""
-    m, v = float(x0), 0.0
-    out = [dim * m * m]
-    for a in lrs:
-        m, v = (1 - 2 * a) * m, (1 - 2 * a) ** 2 * v + a * a * noise_std**2
-        out.append(dim * (m * m + v))
-    return np.asarray(out)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Validation, seeding, the problem
-# ---------------------------------------------------------------------------------------------------------
-def validate(args) -> dict:
-    """Every user mistake is caught here, before anything is simulated or written (SPEC §6)."""
-    check_finite_floats(args)
-    check(args.dim >= 1, f"--dim must be >= 1 (got {args.dim})")
-    check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
-    check(args.noise_std is None or args.noise_std >= 0, f"--noise-std must be >= 0 (got {args.noise_std})")
-    check(args.total_steps >= 1, f"--total-steps must be >= 1 (got {args.total_steps})")
-    check(args.num_seeds >= 1, f"--num-seeds must be >= 1 (got {args.num_seeds})")
-    check(args.seed >= 0, f"--seed must be >= 0 (got {args.seed}); numpy seeds are non-negative")
-    check(args.log_every >= 1, f"--log-every must be >= 1 (got {args.log_every})")
-    check(args.log_seeds >= -1, f"--log-seeds must be -1 (all) or >= 0 (got {args.log_seeds})")
-    check(0 <= args.switch_step < args.total_steps,
-          f"--switch-step must lie in [0, --total-steps) = [0, {args.total_steps}) (got {args.switch_step}); "
-          "0 = no switch")
-    check(args.switch_step == 0 or args.switch_learning_rate > 0,
-          f"--switch-step {args.switch_step} needs --switch-learning-rate > 0 (got {args.switch_learning_rate})")
-    check(args.switch_step > 0 or args.switch_learning_rate == 0,
-          "--switch-learning-rate is only used with --switch-step > 0; pass both or neither")
-    check(args.resume is None, "--resume: noisy_sgd runs in seconds and keeps no checkpoints; rerun it instead")
-    check(args.checkpoint_every == 0, "--checkpoint-every: noisy_sgd keeps no checkpoints; leave it at 0")
-    noise_std = default_noise_std(args.dim) if args.noise_std is None else args.noise_std
-    final_lr = args.switch_learning_rate if args.switch_step else args.learning_rate
-    return {"env_id": f"NoisyQuadratic-d{args.dim}", "noise_std": noise_std, "final_learning_rate": final_lr,
-            "initial_distance": abs(args.x0) * math.sqrt(args.dim),
-            "plateau": plateau(final_lr, noise_std, args.dim)}
-
-
-def lr_at(step: int, args) -> float:
-    """Step size of update step+1 (steps count from 0); --switch-step changes it mid-run (B26 Fig. 3b)."""
-    return args.switch_learning_rate if args.switch_step and step >= args.switch_step else args.learning_rate
-
-
-def divergence_advice(step: int, lr: float, args) -> str:
-    """The flag to change after x overflowed at `step`: the one that set the step size in force then (issue 16.4:
-    after --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
-    if lr < 1:
-        return "lower --noise-std or --x0"
-    return "lower --switch-learning-rate" if args.switch_step and step - 1 >= args.switch_step else "lower --learning-rate"
-
-
-def noise_chunks(seeds: list, dim: int, total_steps: int):
-    """Standard normal noise [steps, seeds, dim] in chunks of ~16 MB. Each seed draws from its own generator, so a
-    seed's trajectory is the same whatever other seeds share its batch."""
-    rngs = [np.random.default_rng(s) for s in seeds]
-    chunk = max(1, min(total_steps, 2**21 // (len(seeds) * dim)))
-    for start in range(0, total_steps, chunk):
-        size = min(chunk, total_steps - start)
-        yield start, np.stack([rng.standard_normal((size, dim)) for rng in rngs], axis=1)
-
-
-def descend(x: np.ndarray, seeds: list, noise_std: float, args):
-    """Noisy gradient descent on x^T x for every seed at once (rows of x). Yields (step, x, grad, lr) after every
-    --log-every steps and after the last one; grad is the noisy gradient of that step."""
-    for start, xi in noise_chunks(seeds, x.shape[1], args.total_steps):
-        for j in range(xi.shape[0]):
-            lr = lr_at(start + j, args)
-            grad = 2.0 * x + noise_std * xi[j]  # B26 App. A: the gradient of x^T x is 2x, plus N(0, s^2 I) noise
-            x = x - lr * grad
-            step = start + j + 1
-            if step % args.log_every == 0 or step == args.total_steps:
-                yield step, x, grad, lr
-
-
-def mean_with_ci(values: np.ndarray) -> str:
-    """Mean over seeds with its 95% confidence interval; one seed has none, which is said, not printed as nan."""
-    if len(values) < 2:
-        return f"{values.mean():.5g} (one seed: no confidence interval; --num-seeds 2 or more gives one)"
-    ci = 1.96 * values.std(ddof=1) / math.sqrt(len(values))
-    return f"{values.mean():.5g} +- {ci:.2g} (95% CI over {len(values)} seeds)"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Main: args -> validation -> run directories -> loop (gradient step, diagnostics, logging) -> summary
-# ---------------------------------------------------------------------------------------------------------
-def main():
-    args = tyro.cli(Args)
-    try:
-        resolved = validate(args)
-        if args.log_seeds != 0:  # --log-seeds 0 writes nothing
-            check_writable_dir(args.runs_dir, "--runs-dir")
-    except UsageError as e:
-        exit_usage(e)
-    env_id, noise_std, target = resolved["env_id"], resolved["noise_std"], resolved["plateau"]
-    seeds = list(range(args.seed, args.seed + args.num_seeds))
-    logged = seeds if args.log_seeds < 0 else seeds[: args.log_seeds]
-    print(f"resolved: env_id={env_id}, noise_std={noise_std:.6g}, seeds={seeds[0]}..{seeds[-1]}, "
-          f"initial distance={resolved['initial_distance']:.6g}, closed-form plateau distance={target['distance']:.6g}")
-
-    # Run directories: one per logged seed, each a complete SPEC §4 run (the aggregation averages over them)
-    commit, versions = git_commit(), package_versions()
-    loggers = []
-    for i, seed in enumerate(logged):
-        seed_args = dataclasses.replace(args, seed=seed, progress=args.progress if i == 0 else "none")
-        run_dir = os.path.join(args.runs_dir, f"{env_id}__{args.exp_name}__{seed}__{int(time.time())}")
-        config = {"args": dataclasses.asdict(seed_args), "resolved": resolved, "env_id": env_id, "argv": sys.argv[1:],
-                  "versions": versions, "git_commit": commit, "script": SCRIPT}
-        loggers.append(RunLogger(run_dir, config, seed_args, args.total_steps, headline="charts/neg_distance"))
-    stop = StopFlag()
-
-    def log(step: int, x: np.ndarray, grad: Optional[np.ndarray], lr: float) -> None:
-        distance = np.linalg.norm(x[: len(loggers)], axis=1)  # x* = 0
-        grad_norm = None if grad is None else np.linalg.norm(grad[: len(loggers)], axis=1)
-        for i, logger in enumerate(loggers):
-            scalars = {"charts/neg_distance": -distance[i], "charts/learning_rate": lr}  # B26 plots -||x - x*||
-            if grad_norm is not None:  # B26 Fig. 2a: the size of the update that produced x_t
-                scalars.update({"diagnostics/update_size": lr * grad_norm[i], "diagnostics/grad_norm": grad_norm[i]})
-            logger.log(step, step, scalars)
-
-    x = last_finite = np.full((len(seeds), args.dim), float(args.x0))
-    log(0, x, None, lr_at(0, args))
-    status, step, start_time = "finished", 0, time.time()
-    with np.errstate(over="ignore", invalid="ignore"):
-        for step, x, grad, lr in descend(x, seeds, noise_std, args):
-            if not np.isfinite(np.linalg.norm(x, axis=1)).all():  # ||x|| overflows long before x does
-                status = "diverged"
-                print(f"error: x is no longer finite at step {step} (step size {lr:g}; only step sizes below 1 have a "
-                      f"plateau); {divergence_advice(step, lr, args)}", file=sys.stderr)
-                break
-            last_finite = x
-            log(step, x, grad, lr)
-            if loggers and loggers[0].bar is not None:  # a bar on a terminal; plain lines are pointless for seconds
-                loggers[0].progress(step, step / max(time.time() - start_time, 1e-9))
-            if stop.signum:
-                status = "interrupted"
-                break
-    elapsed = time.time() - start_time
-
-    # Summary: each run directory, then the plateau check over every seed
-    distance = np.linalg.norm(last_finite, axis=1)
-    for i, logger in enumerate(loggers):
-        summary = {"status": status, "global_step": step, "iteration": step,
-                   "final_neg_distance": float(-distance[i]), "closed_form_neg_distance": -target["distance"]}
-        if args.save_model and status == "finished":
-            with open(os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model"), "wb") as f:
-                np.save(f, x[i])  # the "model" is the final point x_T
-        logger.close(summary)
-    print(f"{len(seeds)} seeds x {step} steps in {elapsed:.2f}s; {len(loggers)} run directories in {args.runs_dir}")
-    if status == "finished" and math.isfinite(target["distance"]):
-        schedule = np.array([lr_at(t, args) for t in range(step)])
-        transient = expected_sq_distance(schedule, noise_std, args.dim, args.x0)[-1] - target["sq_distance"]
-        print(f"plateau (step size {resolved['final_learning_rate']:g}): closed form E||x - x*|| = "
-              f"{target['distance']:.5g}, E||x - x*||^2 = {target['sq_distance']:.5g}; simulated ||x_T - x*|| = "
-              f"{mean_with_ci(distance)}")
-        if abs(transient) > 0.01 * target["sq_distance"]:
-            print(f"note: {step} steps are too few to reach the plateau from x0 (E||x_T||^2 is still "
-                  f"{transient:+.3g} from it); raise --total-steps")
-    if status == "diverged":
-        sys.exit(3)
-    if status == "interrupted":
-        sys.exit(128 + stop.signum)
 
 
 if __name__ == "__main__":
