@@ -775,8 +775,11 @@ def build_agent(args, num_actions: int, device) -> tuple:
     return agent, optimizer
 
 
-def restore(ckpt: dict, agent, optimizer, args, rank: int, device) -> None:
+def restore(ckpt: dict, agent, optimizer, args, rank: int, device, env_seed: int, continue_games: bool) -> None:
     """Weights, Adam state and this rank's RNG streams from a checkpoint."""
+    if rank == 0:
+        print(f"resuming from iteration {ckpt['iteration']} (step {ckpt['global_step']}); " +
+              ("envs continue from their saved state" if continue_games else f"envs restart with seed {env_seed}"))
     agent.load_state_dict(ckpt["agent"])
     optimizer.load_state_dict(ckpt["optimizer"])
     optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
@@ -864,6 +867,16 @@ def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent,
             "optimizer": optimizer.state_dict(), "rng": rngs, "envs": env_states})
 
 
+def flatten_batch(storage, advantages, returns, ignores_step_after_done: bool) -> tuple:
+    """((obs, actions, logprobs, advantages, returns, values, valid) over T x N, valid as [T, N]); under envpool a
+    step right after a done was ignored by the env and is masked out."""
+    b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
+    valid = 1.0 - storage.dones if ignores_step_after_done else torch.ones_like(storage.dones)
+    batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
+             returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
+    return batch, valid
+
+
 def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int):
     """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
     the ranks that hold them."""
@@ -947,12 +960,9 @@ def main():
     continue_games = saved_envs is not None and saved_envs["games"] is not None
     env_seed = args.seed + rank * local_envs + (0 if continue_games else 1_000_003 * start_iteration)
     envs = make_envs(args, local_envs, env_seed)
-    if ckpt and rank == 0:
-        print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); " +
-              ("envs continue from their saved state" if continue_games else f"envs restart with seed {env_seed}"))
     agent, optimizer = build_agent(args, envs.action_space.n, device)
     if ckpt:
-        restore(ckpt, agent, optimizer, args, rank, device)
+        restore(ckpt, agent, optimizer, args, rank, device, env_seed, continue_games)
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     loss_fn = maybe_compile(ppo_loss, args.compile)
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
@@ -991,11 +1001,7 @@ def main():
             _, next_value = agent(state[0])
         advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, storage.terminations,
                                                  next_value.float(), state[1], state[2], args.gamma, args.gae_lambda)
-        # Flatten the batch; under envpool a step right after a done was ignored by the env and is masked out
-        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-        valid = 1.0 - storage.dones if envs.ignores_step_after_done else torch.ones_like(storage.dones)
-        batch = (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
-                 returns.reshape(-1), storage.values.reshape(-1), valid.reshape(-1))
+        batch, valid = flatten_batch(storage, advantages, returns, envs.ignores_step_after_done)
         probe = None
         if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
             probe = make_probe(agent, batch, args, autocast, device, rank, world_size)
