@@ -1038,6 +1038,31 @@ def test_the_agent_learns_a_listed_hand_designed_level(tmp_path):
     assert summary["solve_rate_handmade_levels"]["h1_thrust_over_ball"] == rates[1][1]
 
 
+@pytest.mark.slow
+def test_the_transformer_learns_the_hand_designed_levels(tmp_path):
+    """The default network (Kinetix's entity transformer) with --no-sfl --train-levels on all 10 hand-designed 's'
+    levels, two envs per level, the MLP learning check's PPO settings (docs/sfl_kinetix_jax.md, learning section;
+    10 minibatches of 2 whole trajectories, as 8 do not divide 20 envs): the initial policy solves 4 of the 50
+    attempts; within 32 updates the mean over the levels reaches at least 0.5."""
+    levels = [f"s/{name}" for name in ("h0_weak_thrust", "h1_thrust_over_ball", "h2_one_wheel_car",
+                                       "h3_point_the_thruster", "h4_thrust_aim", "h5_rotate_fall", "h6_unicycle_right",
+                                       "h7_unicycle_left", "h8_unicycle_balance", "h9_explode_then_thrust_over")]
+    updates = 32
+    argv = ["--network", "transformer", "--num-envs", "20", "--num-steps", "256", "--num-minibatches", "10",
+            "--update-epochs", "4", "--learning-rate", "5e-4", "--no-sfl", "--train-levels", *levels,
+            "--level-batch", "128", "--updates-per-chunk", "16", "--eval-random-levels", "0", "--eval-attempts", "5",
+            "--eval-every", str(updates), "--diagnostics-every", "0", "--checkpoint-every", "0", "--progress", "none",
+            "--total-timesteps", str(updates * 20 * 256), "--runs-dir", str(tmp_path)]
+    assert run_main(argv) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["args"]["network"] == "transformer" and config["sfl"]["train_levels"] == levels
+    tag = "charts/solve_rate_handmade"
+    rates = [(r["iteration"], r[tag]) for r in rows(run_dir) if tag in r]
+    assert [it for it, _ in rates] == [0, updates]
+    assert rates[0][1] <= 0.2 and rates[1][1] >= 0.5, rates
+
+
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     """The tiny run in one process with 4 CPU devices (a subprocess: the device count is fixed when JAX starts)."""

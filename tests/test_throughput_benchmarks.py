@@ -182,12 +182,31 @@ def test_sfl_paired_eval_rebuilds_the_run_without_its_resume_and_refuses_bad_opt
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"argv": ["--env-size", "s", "--resume", "x/latest.ckpt", "--seed", "1"]}))
     assert pe.run_argv(str(run)) == ["--env-size", "s", "--seed", "1"]
-    opts = dict(run_dirs=[str(run)], levels=1000, attempts=4)
+    opts = dict(run_dirs=[str(run)], levels=1000, attempts=4, pair=False)
     assert "latest.ckpt" in refused(pe.check_options, argparse.Namespace(**opts), capsys)  # no checkpoint yet
     (run / "checkpoints" / "latest.ckpt").write_bytes(b"")
     pe.check_options(argparse.Namespace(**opts))
+    pe.check_options(argparse.Namespace(**{**opts, "run_dirs": [str(run)] * 2, "pair": True}))
     assert "--levels" in refused(pe.check_options, argparse.Namespace(**{**opts, "levels": 1}), capsys)
     assert "--levels" in refused(pe.check_options, argparse.Namespace(**{**opts, "attempts": 0}), capsys)
+    for n in (1, 3):
+        assert "--pair" in refused(pe.check_options, argparse.Namespace(**{**opts, "run_dirs": [str(run)] * n,
+                                                                            "pair": True}), capsys)
+
+
+def test_sfl_paired_eval_pairs_two_runs_finals_by_hand():
+    """Two runs on the same three levels: each against its own initial policy, then B's final minus A's final
+    (differences 0.5, 0, 0: mean 1/6; both finals never solve level 2, both always solve level 1)."""
+    pe = load("sfl_kinetix_paired_eval")
+    runs = [pe.Run(name, None, None, {"iteration": it, "global_step": it * 10}) for name, it in (("a", 4), ("b", 8))]
+    rates = {("a", "initial"): np.array([0, 1, 0.0]), ("a", "final"): np.array([0.25, 1, 0.0]),
+             ("b", "initial"): np.array([0, 0.5, 0.0]), ("b", "final"): np.array([0.75, 1, 0.0])}
+    rows = pe.pair_rows(runs, rates)
+    assert rows[0] == pe.table_row("a", 4, 40, pe.paired_summary(rates[("a", "initial")], rates[("a", "final")]))
+    assert rows[1] == pe.table_row("b", 8, 80, pe.paired_summary(rates[("b", "initial")], rates[("b", "final")]))
+    diff = np.array([0.5, 0, 0])
+    half = 1.96 * diff.std(ddof=1) / math.sqrt(3)
+    assert rows[2] == f"| b final − a final | 4 / 8 | 40 / 80 | 0.417 | 0.583 | +0.167 ± {half:.3f} | 33% | 33% |"
 
 
 # ---------------------------------------------------------------------------------------------------------
