@@ -1141,7 +1141,12 @@ def top_k_levels(buffer: LevelBuffer, levels, p) -> LevelBuffer:
     score = jnp.concatenate([buffer.score, learnability(p)])
     rate = jnp.concatenate([buffer.p, p])
     order = jnp.lexsort((jnp.arange(score.shape[0]), -rate, -score))[:k]  # last key is the primary one
-    return LevelBuffer(levels=tree_take(tree_concat([buffer.levels, levels]), order), score=score[order], p=rate[order])
+    kept = order < k
+
+    def pick(old, new):  # K picks from each side: concatenating the sharded batch gathered all of it on every device
+        chosen = kept.reshape(kept.shape + (1,) * (old.ndim - 1))
+        return jnp.where(chosen, old[jnp.minimum(order, k - 1)], new[jnp.maximum(order - k, 0)])
+    return LevelBuffer(levels=jax.tree.map(pick, buffer.levels, levels), score=score[order], p=rate[order])
 
 
 def empty_buffer(levels, k: int) -> LevelBuffer:
@@ -1159,7 +1164,7 @@ def buffer_stats(buffer: LevelBuffer) -> dict:
 
 def level_blocks(num_from_buffer: int, num_fresh: int) -> int:
     """g = gcd(B, F): the envs' blocks of level assignment, each of B/g buffer and F/g fresh levels. It depends on B and
-    F only, never on the device count, so one device gives the result of many (docs/sfl_kinetix_jax.md, Scaling)."""
+    F only, never on the device count, so one device gives the result of many (SPEC §7)."""
     return math.gcd(num_from_buffer, num_fresh)
 
 
@@ -1181,7 +1186,7 @@ def assign_levels(key, buffer_levels, fresh, num_from_buffer: int, shard=lambda 
     order = shard(jax.random.permutation(key_perm, slots, axis=1, independent=True))
 
     def one(f, b):
-        own = shard(f.reshape((blocks, -1) + f.shape[1:]))  # [g, F/g, ...]: the block's fresh levels
+        own = shard(f.reshape((blocks, num_fresh // blocks) + f.shape[1:]))  # [g, F/g, ...]: its fresh levels
         block = jnp.concatenate([own, b[picks]], axis=1)  # [g, N/g, ...]
         placed = jnp.take_along_axis(block, order.reshape(order.shape + (1,) * (f.ndim - 1)), axis=1)
         return placed.reshape((-1,) + f.shape[1:])
@@ -2221,7 +2226,7 @@ def main():
     if (blocks if from_buffer else from_fresh) % jax.device_count():
         print(f"note: the {jax.device_count()} devices do not divide the {blocks} blocks of level assignment "
               f"(gcd of {from_buffer} buffer and {from_fresh} fresh envs): correct, but levels move between devices "
-              "at every update (docs/sfl_kinetix_jax.md, Scaling)")
+              "at every update (docs/sfl_kinetix_jax.md, SFL)")
 
     # Envs, levels and agent (seeding: one seed, separate streams for init/training, fresh levels, SFL candidates)
     t0 = time.time()

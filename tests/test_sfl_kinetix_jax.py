@@ -133,13 +133,15 @@ def test_each_block_of_envs_plays_its_own_fresh_levels_and_its_share_of_buffer_l
     np.testing.assert_allclose(src.reshape(-1, 10).mean(0), 0.4, atol=0.03)  # buffer with probability B/N everywhere
     picks = ids[src == 1] - 100
     np.testing.assert_allclose(np.bincount(picks, minlength=k) / picks.size, 1 / k, atol=0.02)
+    none_fresh = {"src": jnp.zeros(0, jnp.int32), "id": jnp.zeros(0, jnp.int32)}  # rho = 1: g = B blocks of one env
+    assert m.assign_levels(keys[0], buffer, none_fresh, 4)["src"].tolist() == [1, 1, 1, 1]
 
 
 def test_level_assignment_and_fresh_levels_stay_on_their_devices(tmp_path):
     """Two CPU devices, levels of 4 KiB: the block assignment of 4096 envs compiles to a program without collectives
     and with temporaries of a fraction of the level batch, where one permutation over all envs gathers every level on
-    every device; the fresh levels of a chunk are made where they are played (no collective in their assembly) and
-    equal those made on one device."""
+    every device; the buffer's top K of a sharded scoring batch does not gather the batch; the fresh levels of a chunk
+    are made where they are played (no collective in their assembly) and equal those made on one device."""
     code = """
 import functools, sys, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -163,6 +165,10 @@ for f in (blocks, global_permutation):
     hlo = c.as_text()
     collective = any(op in hlo for op in ("all-gather", "all-to-all", "collective-permute", "all-reduce"))
     print(f.__name__, jax.device_count(), c.memory_analysis().temp_size_in_bytes, int(collective))
+buffer = m.LevelBuffer(levels=args[1], score=jax.ShapeDtypeStruct((K,), jnp.float32, sharding=NamedSharding(mesh, P())),
+                       p=jax.ShapeDtypeStruct((K,), jnp.float32, sharding=NamedSharding(mesh, P())))
+p = jax.ShapeDtypeStruct((F,), jnp.float32, sharding=NamedSharding(mesh, P("envs")))
+print("merge", jax.jit(m.top_k_levels).lower(buffer, args[2], p).compile().memory_analysis().temp_size_in_bytes)
 calls = []
 def sample(keys):
     calls.append(keys.shape[0])
@@ -183,13 +189,16 @@ np.save(sys.argv[2], np.asarray(got))
         out = subprocess.run([sys.executable, "-c", code, str(REPO), saved], env=env, capture_output=True, text=True,
                              timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
-        results[devices] = (out.stdout.splitlines()[-3:], np.load(saved))
-    (blocks, permuted, fresh), levels = results[2]
+        results[devices] = (out.stdout.splitlines()[-4:], np.load(saved))
+    (blocks, permuted, merge, fresh), levels = results[2]
     level_bytes = 2048 * 1024 * 4  # the F fresh levels of one update
     name, devices, temp, collective = blocks.split()
     assert (name, devices, collective) == ("blocks", "2", "0") and int(temp) < level_bytes / 2, blocks
     name, devices, temp, collective = permuted.split()
     assert collective == "1" and int(temp) > level_bytes, permuted  # the old assignment: the test can tell
+    # the buffer update's top K of a sharded scoring batch: K levels picked on their devices, the batch never gathered
+    # (concatenated with the buffer, it was: 9 MB of temporaries per device here)
+    assert int(merge.split()[1]) < level_bytes / 4, merge
     assert fresh == "fresh True 0 [4, 4, 4, 4, 4, 4]", fresh  # 3 updates x 8 fresh levels, 2 per device and call
     np.testing.assert_array_equal(levels, results[1][1])  # the same levels on one device
 
