@@ -761,6 +761,8 @@ def to_global(host_tree, shardings):
 
     def one(x, sharding):
         x = np.asarray(x)
+        if jax.process_count() == 1:  # one transfer call for all devices
+            return jax.device_put(x, sharding)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
     return jax.tree.map(one, host_tree, shardings)
 
@@ -911,8 +913,8 @@ def chosen_keys(programs, args, request_keys: list, n: int):
     candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [R n, ratio, 2]
     if args.level_filter_steps == 0 or ratio == 1:
         return candidates[:, 0]
-    trivial = fetch(levels_from_keys(programs.noop_solved, args.level_batch, keys))  # a few bools per level
-    trivial = np.asarray(trivial).reshape(len(request_keys), n * ratio)
+    parts = fetch(keyed_calls(programs.noop_solved, args.level_batch, keys))  # a few bools per level, joined on the host
+    trivial = np.concatenate([np.asarray(x) for x in parts])[:keys.shape[0]].reshape(len(request_keys), n * ratio)
     pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
     picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
     chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
@@ -972,12 +974,19 @@ def levels_from_keys(program, level_batch: int, keys):
     device (one compiled program for every request size, a few large calls at 1M envs on many devices; the last call
     is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
     results stay there."""
+    parts = keyed_calls(program, level_batch, keys)
+    return jax.tree.map(lambda x: x[:keys.shape[0]], parts[0] if len(parts) == 1 else tree_concat(parts))
+
+
+def keyed_calls(program, level_batch: int, keys) -> list:
+    """The calls of levels_from_keys, their outputs as they come: the keys are sliced on the host (one copy of a few
+    bytes per level), not by a device op per call."""
     envs = NamedSharding(env_mesh(), P("envs"))
     level_batch *= jax.device_count()
+    keys = np.asarray(fetch(keys))
     n = keys.shape[0]
-    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
-    parts = [program(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
-    return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
+    keys = np.concatenate([keys, np.repeat(keys[-1:], -n % level_batch, axis=0)])
+    return [program(to_global(keys[start:start + level_batch], envs)) for start in range(0, n, level_batch)]
 
 
 # ---------------------------------------------------------------------------------------------------------
