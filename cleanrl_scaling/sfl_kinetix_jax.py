@@ -761,6 +761,8 @@ def to_global(host_tree, shardings):
 
     def one(x, sharding):
         x = np.asarray(x)
+        if jax.process_count() == 1:  # one transfer call for all devices
+            return jax.device_put(x, sharding)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
     return jax.tree.map(one, host_tree, shardings)
 
@@ -888,28 +890,83 @@ def level_keys(key, start: int, count: int):
 
 
 def sample_levels(programs, args, key, n: int):
-    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call)."""
-    return sample_requests(programs, args, [key], n)
+    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call); split evenly over
+    the devices when they divide n, else as levels_from_keys leaves them."""
+    keys = chosen_keys(programs, args, [key], n)
+    if n % jax.device_count():
+        return levels_from_keys(programs.sample, args.level_batch, keys)
+    return sharded_levels(programs.sample, args.level_batch, keys[None], 0)
 
 
 def sample_requests(programs, args, request_keys: list, n: int):
-    """n random levels per request key, concatenated. Request r's candidates are those of its level keys
+    """n random levels per request key, concatenated (see chosen_keys)."""
+    return levels_from_keys(programs.sample, args.level_batch, chosen_keys(programs, args, request_keys, n))
+
+
+def chosen_keys(programs, args, request_keys: list, n: int):
+    """[R n, 2]: the keys of n random levels per request key. Request r's candidates are those of its level keys
     fold_in(key, j); the no-op filter keeps n of its n x ratio candidates by Kinetix's weights (pick_candidates, key
     split(key)[1]). Candidates are scored first and only the kept ones generated again, so a level is still a
-    function of its key and the batching (--level-batch, chunks) never changes it."""
+    function of its key and the batching (--level-batch, chunks, devices) never changes it."""
     ratio = args.level_filter_ratio
     keys = jnp.concatenate([level_keys(k, 0, n) for k in request_keys])
     candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [R n, ratio, 2]
     if args.level_filter_steps == 0 or ratio == 1:
-        chosen = candidates[:, 0]
-    else:
-        trivial = fetch(levels_from_keys(programs.noop_solved, args.level_batch, keys))  # a few bools per level
-        trivial = np.asarray(trivial).reshape(len(request_keys), n * ratio)
-        pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
-        picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
-        chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
-        chosen = chosen.reshape(-1, candidates.shape[-1])
-    return levels_from_keys(programs.sample, args.level_batch, chosen)
+        return candidates[:, 0]
+    parts = fetch(keyed_calls(programs.noop_solved, args.level_batch, keys))  # a few bools per level, joined on the host
+    trivial = np.concatenate([np.asarray(x) for x in parts])[:keys.shape[0]].reshape(len(request_keys), n * ratio)
+    pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
+    picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
+    chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
+    return chosen.reshape(-1, candidates.shape[-1])
+
+
+@functools.lru_cache(maxsize=16)
+def call_layout(rows: int, cols: int, devices: int, level_batch: int) -> np.ndarray:
+    """[C, devices x level_batch]: the flat positions in a [rows, cols] level array (cols split evenly over the devices)
+    of the levels each generator call makes. Device d's part of a call is level_batch of the levels its own columns
+    hold (row-major), so the calls' outputs stack into the sharded array without a level crossing devices; the last
+    call is padded with the device's last position (a level is a function of its key: made twice, dropped once)."""
+    per_device = cols // devices
+    items = rows * per_device
+    calls = -(-items // level_batch)
+    i = np.minimum(np.arange(calls * level_batch), items - 1)  # the device's own levels, row-major
+    pos = (i // per_device)[None] * cols + np.arange(devices)[:, None] * per_device + (i % per_device)[None]  # [D, C lb]
+    return pos.reshape(devices, calls, level_batch).transpose(1, 0, 2).reshape(calls, devices * level_batch)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def stack_calls(parts, rows: int, cols: int, out_rows: int):
+    """The generator calls' outputs (laid out by call_layout) as [out_rows, cols] levels, cols split over the mesh, the
+    rows past `rows` repeating the last (out_rows 0: one row, returned as [cols]); every step moves levels within their
+    device only."""
+    mesh = env_mesh()
+    devices = mesh.size
+
+    def on_devices(x, spec):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    def one(*xs):
+        tail = xs[0].shape[1:]
+        x = on_devices(jnp.stack(xs).reshape((len(xs), devices, -1) + tail), P(None, "envs"))  # [C, D, lb, ...]
+        x = jnp.swapaxes(x, 0, 1).reshape((devices, -1) + tail)[:, :rows * (cols // devices)]  # [D, own levels, ...]
+        x = jnp.swapaxes(on_devices(x.reshape((devices, rows, cols // devices) + tail), P("envs")), 0, 1)
+        x = x.reshape((rows, cols) + tail)
+        if out_rows == 0:
+            return on_devices(x[0], P("envs"))
+        return on_devices(jnp.concatenate([x, jnp.repeat(x[-1:], out_rows - rows, axis=0)]), P(None, "envs"))
+    return jax.tree.map(one, *parts)
+
+
+def sharded_levels(program, level_batch: int, keys, out_rows: int):
+    """program (the level generator) on keys [rows, cols, 2] -> levels [out_rows, cols] (0: [cols]), cols split evenly
+    over the mesh, in calls of level_batch keys per device. Concatenating the calls' sharded outputs instead moved
+    level states between devices in the host loop (work and memory that grow with N)."""
+    rows, cols = keys.shape[:2]
+    layout = call_layout(rows, cols, jax.device_count(), level_batch)
+    host_keys = np.asarray(fetch(keys)).reshape(rows * cols, -1)[layout]  # [C, D lb, 2]: a few bytes per level
+    envs = NamedSharding(env_mesh(), P("envs"))
+    return stack_calls([program(to_global(k, envs)) for k in host_keys], rows, cols, out_rows)
 
 
 def levels_from_keys(program, level_batch: int, keys):
@@ -917,12 +974,19 @@ def levels_from_keys(program, level_batch: int, keys):
     device (one compiled program for every request size, a few large calls at 1M envs on many devices; the last call
     is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
     results stay there."""
+    parts = keyed_calls(program, level_batch, keys)
+    return jax.tree.map(lambda x: x[:keys.shape[0]], parts[0] if len(parts) == 1 else tree_concat(parts))
+
+
+def keyed_calls(program, level_batch: int, keys) -> list:
+    """The calls of levels_from_keys, their outputs as they come: the keys are sliced on the host (one copy of a few
+    bytes per level), not by a device op per call."""
     envs = NamedSharding(env_mesh(), P("envs"))
     level_batch *= jax.device_count()
+    keys = np.asarray(fetch(keys))
     n = keys.shape[0]
-    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % level_batch, axis=0)])
-    parts = [program(to_global(fetch(keys[start:start + level_batch]), envs)) for start in range(0, n, level_batch)]
-    return jax.tree.map(lambda x: x[:n], parts[0] if len(parts) == 1 else tree_concat(parts))
+    keys = np.concatenate([keys, np.repeat(keys[-1:], -n % level_batch, axis=0)])
+    return [program(to_global(keys[start:start + level_batch], envs)) for start in range(0, n, level_batch)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1086,7 +1150,12 @@ def top_k_levels(buffer: LevelBuffer, levels, p) -> LevelBuffer:
     score = jnp.concatenate([buffer.score, learnability(p)])
     rate = jnp.concatenate([buffer.p, p])
     order = jnp.lexsort((jnp.arange(score.shape[0]), -rate, -score))[:k]  # last key is the primary one
-    return LevelBuffer(levels=tree_take(tree_concat([buffer.levels, levels]), order), score=score[order], p=rate[order])
+    kept = order < k
+
+    def pick(old, new):  # K picks from each side: concatenating the sharded batch gathered all of it on every device
+        chosen = kept.reshape(kept.shape + (1,) * (old.ndim - 1))
+        return jnp.where(chosen, old[jnp.minimum(order, k - 1)], new[jnp.maximum(order - k, 0)])
+    return LevelBuffer(levels=jax.tree.map(pick, buffer.levels, levels), score=score[order], p=rate[order])
 
 
 def empty_buffer(levels, k: int) -> LevelBuffer:
@@ -1102,16 +1171,35 @@ def buffer_stats(buffer: LevelBuffer) -> dict:
             "sfl/frac_learnable": float(np.mean((p > 0) & (p < 1))), "sfl/solve_rate_mean": float(p.mean())}
 
 
-def assign_levels(key, buffer_levels, fresh, num_from_buffer: int):
-    """The levels of one update: `num_from_buffer` = round(rho N) drawn uniformly from the buffer, the rest fresh
-    random levels, at randomly permuted positions, so each env plays a buffer level with probability rho."""
-    key_pick, key_perm = jax.random.split(key)
-    num_envs = jax.tree.leaves(fresh)[0].shape[0] + num_from_buffer
-    if num_from_buffer == 0:
+def level_blocks(num_from_buffer: int, num_fresh: int) -> int:
+    """g = gcd(B, F): the envs' blocks of level assignment, each of B/g buffer and F/g fresh levels. It depends on B and
+    F only, never on the device count, so one device gives the result of many (SPEC §7)."""
+    return math.gcd(num_from_buffer, num_fresh)
+
+
+def assign_levels(key, buffer_levels, fresh, num_from_buffer: int, shard=lambda x: x):
+    """The levels of one update (B26 §6): the N = B + F envs form g = level_blocks(B, F) blocks of N/g neighbours;
+    block i plays fresh levels iF/g ... (i+1)F/g - 1 and B/g levels drawn uniformly from the (replicated) buffer, at
+    random positions within the block, so exactly B = round(rho N) envs play buffer levels and each does with
+    probability rho. No block reads another's levels: when the devices divide g (shard lays the block axis over them)
+    every level stays on its device, where a permutation over all N envs moved every level to every device."""
+    if num_from_buffer == 0:  # --no-sfl: env i plays fresh level i
         return fresh
+    num_fresh = jax.tree.leaves(fresh)[0].shape[0]
+    blocks = level_blocks(num_from_buffer, num_fresh)
+    size = (num_fresh + num_from_buffer) // blocks
+    key_pick, key_perm = jax.random.split(key)
     k = jax.tree.leaves(buffer_levels)[0].shape[0]
-    picked = tree_take(buffer_levels, jax.random.randint(key_pick, (num_from_buffer,), 0, k))
-    return tree_take(tree_concat([fresh, picked]), jax.random.permutation(key_perm, num_envs))
+    picks = shard(jax.random.randint(key_pick, (blocks, num_from_buffer // blocks), 0, k))
+    slots = jnp.broadcast_to(jnp.arange(size), (blocks, size))  # in a block: F/g fresh slots, then B/g buffer ones
+    order = shard(jax.random.permutation(key_perm, slots, axis=1, independent=True))
+
+    def one(f, b):
+        own = shard(f.reshape((blocks, num_fresh // blocks) + f.shape[1:]))  # [g, F/g, ...]: its fresh levels
+        block = jnp.concatenate([own, b[picks]], axis=1)  # [g, N/g, ...]
+        placed = jnp.take_along_axis(block, order.reshape(order.shape + (1,) * (f.ndim - 1)), axis=1)
+        return placed.reshape((-1,) + f.shape[1:])
+    return jax.tree.map(one, fresh, buffer_levels)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1255,6 +1343,14 @@ def shard_envs(setup: Setup, tree):
     """SPEC §7: the env (or level) axis is split over all devices; everything else is replicated."""
     spec = NamedSharding(setup.mesh, P("envs"))
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+
+def shard_blocks(setup: Setup, x):
+    """assign_levels' block axis over the devices when they divide it (else GSPMD places the blocks: correct, not
+    local)."""
+    if x.shape[0] % setup.mesh.size:
+        return x
+    return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, P("envs")))
 
 
 def runner_shardings(setup: Setup, runner: RunnerState):
@@ -1495,7 +1591,9 @@ def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, pro
     """One PPO iteration: assign levels (buffer or fresh), rollout, GAE, update_epochs x num_minibatches steps."""
     key, key_levels, key_rollout, key_update = jax.random.split(runner.key, 4)
     params = runner.train.params
-    envs = start_envs(setup, assign_levels(key_levels, runner.buffer.levels, fresh, setup.num_from_buffer))
+    levels = assign_levels(key_levels, runner.buffer.levels, fresh, setup.num_from_buffer,
+                           functools.partial(shard_blocks, setup))
+    envs = start_envs(setup, levels)
     envs, (traj, episodes) = collect_rollout(setup, params, envs, key_rollout)
     _, last_value, _, _ = setup.network.apply(params, envs.obs)
     advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda, setup.bootstrap_time_limit)
@@ -2032,16 +2130,21 @@ def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, pe
 def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: int):
     """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
     update i's levels (one filter request, as Kinetix samples an update's levels in one call) depend only on i, so
-    chunking and resuming do not change them."""
-    count = max(sfl_counts(args)[1], 1)
+    chunking and resuming do not change them. When the devices divide F, level f is made on the device whose envs
+    play it (assign_levels' blocks), so fresh levels never cross devices."""
+    num_fresh = sfl_counts(args)[1]
+    count = max(num_fresh, 1)
     # the chunk's levels in one go: a call generates level_batch levels, however few one update needs
     requests = [jax.random.fold_in(fresh_key, first_iteration + i) for i in range(n)]
-    levels = sample_requests(programs, args, requests, count)
+    keys = chosen_keys(programs, args, requests, count)
+    if num_fresh and num_fresh % jax.device_count() == 0:
+        return sharded_levels(programs.sample, args.level_batch, keys.reshape(n, count, -1), args.updates_per_chunk)
+    levels = levels_from_keys(programs.sample, args.level_batch, keys)
     pad = args.updates_per_chunk - n
 
     def per_update(x):  # [n * count, ...] -> [updates_per_chunk, F, ...]
         x = x.reshape(n, count, *x.shape[1:])
-        return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])[:, :sfl_counts(args)[1]]
+        return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])[:, :num_fresh]
     return jax.tree.map(per_update, levels)
 
 
@@ -2128,6 +2231,12 @@ def main():
              f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
              f"({from_buffer} buffer + {from_fresh} fresh envs)"))
 
+    blocks = level_blocks(from_buffer, from_fresh)
+    if (blocks if from_buffer else from_fresh) % jax.device_count():
+        print(f"note: the {jax.device_count()} devices do not divide the {blocks} blocks of level assignment "
+              f"(gcd of {from_buffer} buffer and {from_fresh} fresh envs): correct, but levels move between devices "
+              "at every update (docs/sfl_kinetix_jax.md, SFL)")
+
     # Envs, levels and agent (seeding: one seed, separate streams for init/training, fresh levels, SFL candidates)
     t0 = time.time()
     with Phase("building the envs, the level generator and the agent",
@@ -2196,7 +2305,7 @@ def main():
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
-              "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
+              "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh, "level_blocks": blocks,
                       "handmade_levels": handmade_names, "train_levels": list(args.train_levels)}}
     wall_offset = ckpt["wall_time"] if args.resume else 0.0
     start_time = time.time()

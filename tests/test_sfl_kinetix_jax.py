@@ -115,6 +115,94 @@ def test_buffer_and_fresh_levels_split_by_the_sample_ratio():
     assert same["src"].tolist() == [0, 0, 0, 0]
 
 
+def test_each_block_of_envs_plays_its_own_fresh_levels_and_its_share_of_buffer_levels():
+    """B = 4 buffer and F = 6 fresh envs: g = gcd(4, 6) = 2 blocks of 5 neighbouring envs; block i plays fresh levels
+    3i ... 3i + 2 (once each) and 2 buffer levels (uniform over K), in random positions, so each env plays a buffer
+    level with probability 0.4; one global permutation put any level anywhere."""
+    n_fresh, n_buffer, k = 6, 4, 3
+    assert m.level_blocks(n_buffer, n_fresh) == 2 and m.level_blocks(1024, 1024) == 1024
+    fresh = {"src": jnp.zeros(n_fresh, jnp.int32), "id": jnp.arange(n_fresh)}
+    buffer = {"src": jnp.ones(k, jnp.int32), "id": 100 + jnp.arange(k)}
+    keys = jax.random.split(jax.random.PRNGKey(1), 4000)
+    levels = jax.vmap(lambda key: m.assign_levels(key, buffer, fresh, n_buffer))(keys)
+    src, ids = np.asarray(levels["src"]).reshape(-1, 2, 5), np.asarray(levels["id"]).reshape(-1, 2, 5)
+    assert (src.sum(2) == 2).all()  # B/g buffer levels in every block
+    for block in range(2):
+        own = [sorted(row[s == 0]) for row, s in zip(ids[:, block], src[:, block])]
+        assert all(o == [3 * block, 3 * block + 1, 3 * block + 2] for o in own)  # its own F/g fresh levels, once each
+    np.testing.assert_allclose(src.reshape(-1, 10).mean(0), 0.4, atol=0.03)  # buffer with probability B/N everywhere
+    picks = ids[src == 1] - 100
+    np.testing.assert_allclose(np.bincount(picks, minlength=k) / picks.size, 1 / k, atol=0.02)
+    none_fresh = {"src": jnp.zeros(0, jnp.int32), "id": jnp.zeros(0, jnp.int32)}  # rho = 1: g = B blocks of one env
+    assert m.assign_levels(keys[0], buffer, none_fresh, 4)["src"].tolist() == [1, 1, 1, 1]
+
+
+def test_level_assignment_and_fresh_levels_stay_on_their_devices(tmp_path):
+    """Two CPU devices, levels of 4 KiB: the block assignment of 4096 envs compiles to a program without collectives
+    and with temporaries of a fraction of the level batch, where one permutation over all envs gathers every level on
+    every device; the buffer's top K of a sharded scoring batch does not gather the batch; the fresh levels of a chunk
+    are made where they are played (no collective in their assembly) and equal those made on one device."""
+    code = """
+import functools, sys, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+sys.path.insert(0, sys.argv[1])
+from cleanrl_scaling import sfl_kinetix_jax as m
+F, B, K, L = 2048, 2048, 256, 1024
+mesh = Mesh(jax.devices(), ("envs",))
+setup = m.Setup(*([None] * 4), mesh, *([None] * (len(m.Setup._fields) - 5)))
+def out(x):
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("envs")))
+def blocks(key, buffer, fresh):
+    return out(m.assign_levels(key, buffer, fresh, B, functools.partial(m.shard_blocks, setup)))
+def global_permutation(key, buffer, fresh):  # the assignment before: one permutation over all N envs
+    picked = buffer[jax.random.randint(key, (B,), 0, K)]
+    return out(jnp.concatenate([fresh, picked])[jax.random.permutation(key, F + B)])
+args = (jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=NamedSharding(mesh, P())),
+        jax.ShapeDtypeStruct((K, L), jnp.float32, sharding=NamedSharding(mesh, P())),
+        jax.ShapeDtypeStruct((F, L), jnp.float32, sharding=NamedSharding(mesh, P("envs"))))
+for f in (blocks, global_permutation):
+    c = jax.jit(f).lower(*args).compile()
+    hlo = c.as_text()
+    collective = any(op in hlo for op in ("all-gather", "all-to-all", "collective-permute", "all-reduce"))
+    print(f.__name__, jax.device_count(), c.memory_analysis().temp_size_in_bytes, int(collective))
+buffer = m.LevelBuffer(levels=args[1], score=jax.ShapeDtypeStruct((K,), jnp.float32, sharding=NamedSharding(mesh, P())),
+                       p=jax.ShapeDtypeStruct((K,), jnp.float32, sharding=NamedSharding(mesh, P())))
+p = jax.ShapeDtypeStruct((F,), jnp.float32, sharding=NamedSharding(mesh, P("envs")))
+print("merge", jax.jit(m.top_k_levels).lower(buffer, args[2], p).compile().memory_analysis().temp_size_in_bytes)
+calls = []
+def sample(keys):
+    calls.append(keys.shape[0])
+    return {"x": jax.vmap(lambda k: jax.random.uniform(k, (3,)))(keys)}
+programs = m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample})
+args = m.Args(num_envs=16, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=2, level_filter_steps=0)
+got = m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"]
+parts = [sample(jnp.zeros((4, 2), jnp.uint32)) for _ in range(6)]
+stack = m.stack_calls.lower(parts, 3, 8, 4).compile().as_text()
+print("fresh", got.sharding.spec == P(None, "envs"), int(any(op in stack for op in ("all-gather", "all-to-all",
+      "collective-permute"))), calls[:-6])
+np.save(sys.argv[2], np.asarray(got))
+"""
+    results = {}
+    for devices in (2, 1):
+        saved = str(tmp_path / f"fresh_{devices}.npy")
+        env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + f" --xla_force_host_platform_device_count={devices}")
+        out = subprocess.run([sys.executable, "-c", code, str(REPO), saved], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        results[devices] = (out.stdout.splitlines()[-4:], np.load(saved))
+    (blocks, permuted, merge, fresh), levels = results[2]
+    level_bytes = 2048 * 1024 * 4  # the F fresh levels of one update
+    name, devices, temp, collective = blocks.split()
+    assert (name, devices, collective) == ("blocks", "2", "0") and int(temp) < level_bytes / 2, blocks
+    name, devices, temp, collective = permuted.split()
+    assert collective == "1" and int(temp) > level_bytes, permuted  # the old assignment: the test can tell
+    # the buffer update's top K of a sharded scoring batch: K levels picked on their devices, the batch never gathered
+    # (concatenated with the buffer, it was: 9 MB of temporaries per device here)
+    assert int(merge.split()[1]) < level_bytes / 4, merge
+    assert fresh == "fresh True 0 [4, 4, 4, 4, 4, 4]", fresh  # 3 updates x 8 fresh levels, 2 per device and call
+    np.testing.assert_array_equal(levels, results[1][1])  # the same levels on one device
+
+
 def fake_programs(calls):
     """A level is a function of its key only, as Kinetix's sampler (vmapped per level); a candidate is trivial when the
     first coordinate of its level is below 0.5."""
@@ -938,8 +1026,8 @@ def test_smoke_run_directory(runs):
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["resolved"]["batch_size"] == BATCH and config["resolved"]["num_minibatches"] == 2
     assert config["args"]["num_iterations"] == 4 and config["script"] == "sfl_kinetix_jax"
-    assert config["sfl"] == {"envs_from_buffer": 2, "envs_fresh": 2, "handmade_levels": m.handmade_level_names("s"),
-                             "train_levels": []}
+    assert config["sfl"] == {"envs_from_buffer": 2, "envs_fresh": 2, "level_blocks": 2,
+                             "handmade_levels": m.handmade_level_names("s"), "train_levels": []}
     metrics = rows(run_dir)
     tags = set().union(*metrics)
     required = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
