@@ -709,33 +709,6 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
     return logger, logger.run_dir if logger else run_dir
 
 
-class Clock:
-    """Wall-clock bookkeeping: SPS without the first iteration (warm-up), and the run's wall time across resumes."""
-
-    def __init__(self, batch_size: int, wall_offset: float):
-        self.batch_size, self.wall_offset = batch_size, wall_offset
-        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
-
-    def tick(self) -> float:
-        """Called once per iteration; the SPS so far."""
-        now = time.time()
-        if self.timed_from is None:  # SPS excludes the first iteration (warm-up)
-            self.timed_from, self.timed_steps = now, 0
-        else:
-            self.timed_steps += self.batch_size
-        return self.timed_steps / (now - self.timed_from) if self.timed_steps else self.batch_size / (now - self.start)
-
-    def wall_time(self) -> float:
-        return self.wall_offset + time.time() - self.start
-
-    def final_sps(self, steps_taken: int, global_step: int) -> tuple:
-        """(SPS after warm-up, SPS with warm-up) of this process's steps."""
-        elapsed = time.time() - self.start
-        sps = (self.timed_steps / (time.time() - self.timed_from) if self.timed_from and self.timed_steps
-               else global_step / max(elapsed, 1e-9))
-        return sps, steps_taken / max(elapsed, 1e-9)
-
-
 def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, q_network, optimizer, evaluator, world_size,
                         rank, device):
     """latest.ckpt: weights, optimizer and every rank's RNG streams (gathered to rank 0, which writes)."""
@@ -913,6 +886,35 @@ def main():
 
 
 # ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
+# >>> shared:torch-clock
+class Clock:
+    """Wall-clock bookkeeping: SPS without the first iteration (warm-up), and the run's wall time across resumes."""
+
+    def __init__(self, batch_size: int, wall_offset: float):
+        self.batch_size, self.wall_offset = batch_size, wall_offset
+        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
+
+    def tick(self) -> float:
+        """Called once per iteration; the SPS so far."""
+        now = time.time()
+        if self.timed_from is None:  # SPS excludes the first iteration (warm-up)
+            self.timed_from, self.timed_steps = now, 0
+        else:
+            self.timed_steps += self.batch_size
+        return self.timed_steps / (now - self.timed_from) if self.timed_steps else self.batch_size / (now - self.start)
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.start
+
+    def final_sps(self, steps_taken: int, global_step: int) -> tuple:
+        """(SPS after warm-up, SPS with warm-up) of this process's steps."""
+        elapsed = time.time() - self.start
+        sps = (self.timed_steps / (time.time() - self.timed_from) if self.timed_from and self.timed_steps
+               else global_step / max(elapsed, 1e-9))
+        return sps, steps_taken / max(elapsed, 1e-9)
+# <<< shared:torch-clock
+
+
 # >>> shared:errors
 class UsageError(Exception):
     """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""

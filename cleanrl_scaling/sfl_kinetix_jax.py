@@ -898,11 +898,6 @@ def sample_levels(programs, args, key, n: int):
     return sharded_levels(programs.sample, args.level_batch, keys[None], 0)
 
 
-def sample_requests(programs, args, request_keys: list, n: int):
-    """n random levels per request key, concatenated (see chosen_keys)."""
-    return levels_from_keys(programs.sample, args.level_batch, chosen_keys(programs, args, request_keys, n))
-
-
 def chosen_keys(programs, args, request_keys: list, n: int):
     """[R n, 2]: the keys of n random levels per request key. Request r's candidates are those of its level keys
     fold_in(key, j); the no-op filter keeps n of its n x ratio candidates by Kinetix's weights (pick_candidates, key
