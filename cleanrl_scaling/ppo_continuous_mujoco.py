@@ -821,20 +821,6 @@ def read_args() -> tuple:
     return args, scaling, ckpt
 
 
-def init_distributed(args) -> tuple:
-    """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
-    (SPEC §7); a single process is world 1, rank 0."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if world_size > 1:
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return world_size, rank, device
-
-
 def seed_everything(args, rank: int) -> None:
     """One torch stream on every rank (the same weights; every rank draws the whole batch's samples)."""
     random.seed(args.seed + rank)
@@ -887,19 +873,6 @@ def start_envs(envs, normalizer, stats, saved, restart: bool, local_envs: int, d
     obs_np, _ = envs.reset()
     zeros = torch.zeros(local_envs, device=device)
     return (torch.as_tensor(normalizer.obs(obs_np), device=device), zeros, zeros)
-
-
-def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> tuple:
-    """(logger, run_dir): a new run directory, or the resumed run's; only rank 0 logs (its logger; None elsewhere)."""
-    if ckpt:
-        run_dir = ckpt["run_dir"]
-    else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
-    return logger, logger.run_dir if logger else run_dir
 
 
 def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent, optimizer, envs, normalizer, stats,
@@ -1098,7 +1071,7 @@ def main():
 
 
 # ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
-# >>> shared:torch-clock
+# >>> shared:torch-run-plumbing
 class Clock:
     """Wall-clock bookkeeping: SPS without the first iteration (warm-up), and the run's wall time across resumes."""
 
@@ -1124,7 +1097,34 @@ class Clock:
         sps = (self.timed_steps / (time.time() - self.timed_from) if self.timed_from and self.timed_steps
                else global_step / max(elapsed, 1e-9))
         return sps, steps_taken / max(elapsed, 1e-9)
-# <<< shared:torch-clock
+
+
+def init_distributed(args) -> tuple:
+    """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
+    (SPEC §7); a single process is world 1, rank 0."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if world_size > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return world_size, rank, device
+
+
+def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> tuple:
+    """(logger, run_dir): a new run directory, or the resumed run's; only rank 0 logs (its logger; None elsewhere)."""
+    if ckpt:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join(args.runs_dir, run_name)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
+    return logger, logger.run_dir if logger else run_dir
+# <<< shared:torch-run-plumbing
 
 
 # >>> shared:errors
