@@ -916,12 +916,6 @@ def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int)
     return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
 
 
-def all_finite(loss_stats: np.ndarray, agent, world_size: int, device) -> bool:
-    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
-    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in agent.parameters())
-    return all_ranks_agree(finite, world_size, device)
-
-
 def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm):
     """Rank 0: the finished episodes, CleanRL's charts and losses, and the diagnostics when the probe ran."""
     for ep_return, ep_length in finished:
@@ -1124,6 +1118,12 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
               "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
     return logger, logger.run_dir if logger else run_dir
+
+
+def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
+    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
+    return all_ranks_agree(finite, world_size, device)
 # <<< shared:torch-run-plumbing
 
 

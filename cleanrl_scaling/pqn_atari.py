@@ -710,12 +710,6 @@ def make_probe(q_network, b_obs, args, autocast, device, rank: int, world_size: 
     return DiagnosticProbe(q_network, diag_obs, autocast, chunk) if rank == 0 else None
 
 
-def all_finite(loss_stats: np.ndarray, q_network, world_size: int, device) -> bool:
-    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
-    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in q_network.parameters())
-    return all_ranks_agree(finite, world_size, device)
-
-
 def log_iteration(logger, q_network, args, global_step, iteration, sps, finished, eval_finished, lr, loss_stats,
                   probe, grad_norm):
     """Rank 0: the finished training and greedy-evaluation episodes, the charts and losses, and the diagnostics
@@ -912,6 +906,12 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
               "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
     return logger, logger.run_dir if logger else run_dir
+
+
+def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
+    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
+    return all_ranks_agree(finite, world_size, device)
 # <<< shared:torch-run-plumbing
 
 
