@@ -1,6 +1,6 @@
 # Sourced by benchmark/mayor2025_*.sh: M25's Atari protocol (Atari-10, 5 seeds, human-normalised IQM with
 # stratified-bootstrap 95% CIs) on top of the launcher and the aggregation.
-# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
+# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), CORES (all: the cores the workers share), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally, with the knobs of _slurm_common.sh (SLURM_PARTITION,
 # SLURM_GPUS, SLURM_CPUS, SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md);
@@ -30,6 +30,7 @@ read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
 read -r -a GAMES <<< "${GAMES:-Amidar-v5 BattleZone-v5 Bowling-v5 DoubleDunk-v5 Frostbite-v5 KungFuMaster-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5 Riverraid-v5}"
 EXTRA=()
 [[ -n "${DRY_RUN:-}" ]] && EXTRA+=(--dry-run)
+[[ -n "${CORES:-}" ]] && EXTRA+=(--cores "$CORES")
 EXTRA+=("${SLURM_ARGS[@]}")
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-500}
 slurm_count CHECKPOINT_EVERY "$CHECKPOINT_EVERY"

@@ -419,3 +419,44 @@ def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
     assert "sfl: random-level solve rate 0.300 -> 0.600 (mean of 2 run(s))" in table.stdout
     assert "no-sfl: random-level solve rate 0.300 -> 0.200 (mean of 1 run(s))" in table.stdout
     assert "| sfl | 2 | finished | 0.30 0.35 0.70 | 0.10 -> 0.10 | 0.75 | 0.200 | 0.25 | 900 | 2.0 |" in table.stdout
+
+
+def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
+    """Issue 40: Fig. 1a at laptop scale is KungFuMaster, 3 seeds, 1M steps, N x T = 1024 three ways; the rule script
+    judges finished runs by the header's rule (values worked out by hand below)."""
+    out = dry_run("mayor2025_fig1a", SCALE="laptop", CORES="1", RUNS_DIR=tmp_path / "1a")
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert len(runs) == 9 and {r["env_id"] for r in runs} == {"KungFuMaster-v5"}
+    assert {r["seed"] for r in runs} == {"1", "2", "3"} and {r["total_timesteps"] for r in runs} == {"1000000"}
+    assert {(r["num_envs"], r["num_steps"]) for r in runs} == {("8", "128"), ("32", "32"), ("128", "8")}
+    assert all(r["cleanrl_compat"] for r in runs) and {r["checkpoint_every"] for r in runs} == {"100"}
+    assert "1 core(s)" in out.stdout
+    # finished runs of 1,000 steps: final = mean return of the episodes ending at step >= 900
+    finals = {(8, 128): [10, 20, 30], (32, 32): [31, 40, 50], (128, 8): [5, 25, 35]}
+    for (n, t), values in finals.items():
+        for seed, v in enumerate(values, 1):
+            rows = [{"global_step": 100, "charts/episodic_return": -1e6},  # outside the last 10%: ignored
+                    {"global_step": 950, "charts/episodic_return": v - 4}, {"global_step": 1000, "charts/episodic_return": v + 4}]
+            write_finished(tmp_path / "r" / f"KungFuMaster-v5__ppo__{seed}__{n}x{t}",
+                           {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed,
+                                                                    "num_envs": n, "num_steps": t}}, rows)
+    rule = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
+                           "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
+                           "--arm", "16x: num_envs=128 num_steps=8", "--out", str(tmp_path / "t")],
+                          capture_output=True, text=True, timeout=120)
+    assert rule.returncode == 0, rule.stderr
+    table = {r["arm"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
+    assert float(table["base"]["seed 2"]) == 20 and float(table["base"]["mean"]) == 20
+    # 4x: every seed (31, 40, 50) above the base's median 20, D = 40.33 - 20; the smallest resampled difference is
+    # 31 - 30 = 1 > 0, so the whole interval lies above 0: better
+    assert math.isclose(float(table["4x"]["D vs base"]), 121 / 3 - 20) and table["4x"]["outcome"] == "better"
+    # 16x: seed 1 (5) is below the base's median and D = 65/3 - 20 is small: not separated
+    assert table["16x"]["outcome"] == "not separated"
+    worse = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
+                            "--base", "num_envs=32 num_steps=32", "--arm", "x: num_envs=8 num_steps=128"],
+                           capture_output=True, text=True, timeout=120)
+    assert "| worse |" in worse.stdout, worse.stdout  # the reverse comparison: largest resample 30 - 31 < 0
+    bad = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
+                          "--base", "num_envs=8", "--arm", "no colon"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "NAME" in bad.stderr

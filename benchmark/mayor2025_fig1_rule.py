@@ -1,0 +1,131 @@
+"""The pre-set rule of M25 Fig. 1's laptop reproductions (benchmark/mayor2025_fig1{a,b,c}.sh, SCALE=laptop).
+
+    python benchmark/mayor2025_fig1_rule.py RUNS_DIR --base "num_envs=8 num_steps=128" \
+        --arm "4x N: num_envs=32 num_steps=32" [--arm ...] [--primary "4x N"] [--out PREFIX]
+
+One game per figure at laptop scale, so the score is the raw return (human normalisation is a constant factor):
+- final(run) = mean full-game return of the episodes that end in the last 10% of the run's steps (the aggregation's
+  `final`, --final-frac 0.1); only finished runs count;
+- for each arm against the base: D = mean over seeds of final(arm) - mean over seeds of final(base), and its 95%
+  percentile bootstrap interval (10,000 resamples of each side's seeds with replacement, generator seed 0);
+- an arm is **better** when every one of its seeds is above the base's median AND the interval lies above 0;
+  **worse** when the interval lies below 0; otherwise **not separated**;
+- the figure script names which arm carries the paper's claim (--primary) and what verdict each outcome gives.
+Prints every seed's final, the table in markdown (PREFIX.md) and CSV (PREFIX.csv) when --out is given.
+"""
+import argparse
+import csv
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cleanrl_scaling.utils.aggregate import UsageError, load_runs, raw_values, run_stat  # noqa: E402
+
+FINAL_FRAC = 0.1
+RESAMPLES = 10_000
+
+
+def parse_config(text: str) -> dict:
+    """'num_envs=32 num_steps=32' -> {'num_envs': 32, 'num_steps': 32}."""
+    try:
+        return {k: int(v) for k, v in (item.split("=") for item in text.split())}
+    except ValueError:
+        raise UsageError(f"{text!r}: write KEY=INT pairs separated by spaces, e.g. 'num_envs=8 num_steps=128'")
+
+
+def parse_arm(text: str) -> tuple:
+    """'4x N: num_envs=32 num_steps=32' -> ('4x N', {...})."""
+    if ":" not in text:
+        raise UsageError(f"--arm {text!r}: write 'NAME: KEY=INT ...'")
+    name, config = text.split(":", 1)
+    return name.strip(), parse_config(config)
+
+
+def finals_of(runs: list, config: dict) -> dict:
+    """seed -> final return of every finished run whose config matches (the base's other flags are the defaults)."""
+    out = {}
+    for run in runs:
+        if all(run.value(k) == v for k, v in config.items()):
+            steps, returns = raw_values(run, "charts/episodic_return")
+            out[int(run.value("seed"))] = run_stat(steps, returns, "final", FINAL_FRAC, run.total_steps())
+    return out
+
+
+def bootstrap_difference(arm: list, base: list, resamples: int = RESAMPLES, seed: int = 0) -> tuple:
+    """95% percentile interval of mean(arm) - mean(base), each side's seeds resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(arm, float), np.asarray(base, float)
+    diffs = rng.choice(a, (resamples, len(a))).mean(1) - rng.choice(b, (resamples, len(b))).mean(1)
+    return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
+
+
+def judge(arm: list, base: list) -> tuple:
+    """(D, interval, outcome) by the rule in the module docstring."""
+    lo, hi = bootstrap_difference(arm, base)
+    d = float(np.mean(arm) - np.mean(base))
+    if lo > 0 and min(arm) > float(np.median(base)):
+        return d, (lo, hi), "better"
+    if hi < 0:
+        return d, (lo, hi), "worse"
+    return d, (lo, hi), "not separated"
+
+
+def table(base_name: str, base: dict, arms: list) -> list:
+    """One row per arm and the base: every seed's final, the mean, D and its interval, the outcome."""
+    seeds = sorted(set(base).union(*(set(f) for _, f in arms)))
+    rows = [{"arm": base_name, **{f"seed {s}": base.get(s) for s in seeds}, "mean": float(np.mean(list(base.values()))),
+             "D vs base": None, "95% interval": None, "outcome": "(base)"}]
+    for name, finals in arms:
+        row = {"arm": name, **{f"seed {s}": finals.get(s) for s in seeds}, "mean": float(np.mean(list(finals.values())))}
+        d, (lo, hi), outcome = judge(list(finals.values()), list(base.values()))
+        rows.append({**row, "D vs base": d, "95% interval": f"[{lo:+.0f}, {hi:+.0f}]", "outcome": outcome})
+    return rows
+
+
+def markdown(rows: list) -> str:
+    cols = list(rows[0])
+    fmt = lambda v: "–" if v is None else (f"{v:.0f}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(lines + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs_dir")
+    p.add_argument("--base", required=True, help="the base's config, e.g. 'num_envs=8 num_steps=128'")
+    p.add_argument("--base-name", default="base")
+    p.add_argument("--arm", action="append", required=True, help="'NAME: KEY=INT ...' (repeat)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds every side needs before a verdict (3)")
+    p.add_argument("--out", help="write PREFIX.md and PREFIX.csv")
+    args = p.parse_args()
+    try:
+        base_config, arms = parse_config(args.base), [parse_arm(a) for a in args.arm]
+        runs = load_runs([args.runs_dir], only_finished=True)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    base = finals_of(runs, base_config)
+    finals = [(name, finals_of(runs, config)) for name, config in arms]
+    missing = [n for n, f in [(args.base_name, base)] + finals if len(f) < args.seeds]
+    if missing:
+        print(f"no verdict yet: fewer than {args.seeds} finished seeds for {', '.join(missing)}")
+        for name, f in [(args.base_name, base)] + finals:
+            print(f"  {name}: {', '.join(f'seed {s} {v:.0f}' for s, v in sorted(f.items())) or 'none'}")
+        return
+    rows = table(args.base_name, base, finals)
+    text = markdown(rows)
+    print(text, end="")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out + ".md", "w") as f:
+            f.write(text)
+        with open(args.out + ".csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
