@@ -7,7 +7,8 @@
 # Runs with --cleanrl-compat (CleanRL's semantics, as M25 ran them); CLEANRL_COMPAT=0 runs the default mode.
 #   SCALE=paper (default): Atari-10, 5 seeds, 100M steps, 8x128, 16x64, 32x32: GPU scale.
 #   SCALE=laptop: KungFuMaster-v5, seeds 1 2 3, 1M steps (976 updates in every arm), 8x128 (base), 32x32 (4x N),
-#   128x8 (16x N), checkpoints every 100 updates: 9 runs. Chosen from a pilot (seed 101, not used here): CleanRL's
+#   128x8 (16x N), checkpoints every 100 updates, diagnostics every 10 (Fig. 1b's laptop grid reads the 8x128 runs as
+#   its base, and Figs. 3-4 draw their network metrics): 9 runs. Chosen from a pilot (seed 101, not used here): CleanRL's
 #   8x128 learned from 2,019 to 22,403 mean return per 100k-step window over 1M steps, flat from ~600k; 1M steps
 #   took 76 min on one core at nice 19 on a loaded 2-core machine (217 SPS), so ~11 CPU-hours for the 9 runs.
 #   The rule, fixed before the main runs (benchmark/mayor2025_fig1_rule.py prints it per run):
@@ -22,13 +23,13 @@ SETTINGS=(--flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --
           --flag-set "--num-envs 32 --num-steps 32")
 if [[ "${SCALE:-paper}" == laptop ]]; then
   GAMES=${GAMES:-KungFuMaster-v5}; SEEDS=${SEEDS:-1 2 3}; TOTAL=${TOTAL:-1000000}
-  CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-100}
+  CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-100}; LAPTOP_FLAGS=(--diagnostics-every 10)
   SETTINGS=(--flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 32 --num-steps 32"
             --flag-set "--num-envs 128 --num-steps 8")
 fi
 LAPTOP_GRID=1
 source "$(dirname "$0")/_mayor2025_common.sh"
-launch mayor2025_fig1a "${SETTINGS[@]}" -- --total-timesteps "$TOTAL"
+launch mayor2025_fig1a "${SETTINGS[@]}" -- --total-timesteps "$TOTAL" ${LAPTOP_FLAGS[@]+"${LAPTOP_FLAGS[@]}"}
 figure fig1a "num_envs num_steps" "N={num_envs} T={num_steps}"
 [[ "$SCALE" == laptop && -z "${DRY_RUN:-}" && -z "${SLURM:-}" ]] || exit 0
 "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --group-by num_envs num_steps \

@@ -431,7 +431,7 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     assert {r["seed"] for r in runs} == {"1", "2", "3"} and {r["total_timesteps"] for r in runs} == {"1000000"}
     assert {(r["num_envs"], r["num_steps"]) for r in runs} == {("8", "128"), ("32", "32"), ("128", "8")}
     assert all(r["cleanrl_compat"] for r in runs) and {r["checkpoint_every"] for r in runs} == {"100"}
-    assert "1 core(s)" in out.stdout
+    assert "1 core(s)" in out.stdout and {r["diagnostics_every"] for r in runs} == {"10"}
     # finished runs of 1,000 steps: final = mean return of the episodes ending at step >= 900
     finals = {(8, 128): [10, 20, 30], (32, 32): [31, 40, 50], (128, 8): [5, 25, 35]}
     for (n, t), values in finals.items():
