@@ -1,16 +1,18 @@
 """The pre-set rule of M25 Fig. 1's laptop reproductions (benchmark/mayor2025_fig1{a,b,c}.sh, SCALE=laptop).
 
-    python benchmark/mayor2025_fig1_rule.py RUNS_DIR --base "num_envs=8 num_steps=128" \
-        --arm "4x N: num_envs=32 num_steps=32" [--arm ...] [--primary "4x N"] [--out PREFIX]
+    python benchmark/mayor2025_fig1_rule.py RUNS_DIR [RUNS_DIR ...] --base "num_envs=8 num_steps=128" \
+        --arm "4x N: num_envs=32 num_steps=32" [--arm ...] [--metric M] [--lower-is-better] [--out PREFIX]
 
 One game per figure at laptop scale, so the score is the raw return (human normalisation is a constant factor):
 - final(run) = mean full-game return of the episodes that end in the last 10% of the run's steps (the aggregation's
-  `final`, --final-frac 0.1); only finished runs count;
+  `final`, --final-frac 0.1); only finished runs count; with --metric (a diagnostic, Figs. 3-4), the mean of that
+  metric's values logged in the last 10% of steps;
 - for each arm against the base: D = mean over seeds of final(arm) - mean over seeds of final(base), and its 95%
   percentile bootstrap interval (10,000 resamples of each side's seeds with replacement, generator seed 0);
 - an arm is **better** when every one of its seeds is above the base's median AND the interval lies above 0;
-  **worse** when the interval lies below 0; otherwise **not separated**;
-- the figure script names which arm carries the paper's claim (--primary) and what verdict each outcome gives.
+  **worse** when the interval lies below 0; otherwise **not separated** (with --lower-is-better: below, below,
+  above);
+- the figure script's header says which arms carry the paper's claim and what verdict each outcome gives.
 Prints every seed's final, the table in markdown (PREFIX.md) and CSV (PREFIX.csv) when --out is given.
 """
 import argparse
@@ -43,13 +45,17 @@ def parse_arm(text: str) -> tuple:
     return name.strip(), parse_config(config)
 
 
-def finals_of(runs: list, config: dict) -> dict:
-    """seed -> final return of every finished run whose config matches (the base's other flags are the defaults)."""
+def finals_of(runs: list, config: dict, metric: str) -> dict:
+    """seed -> final value of every finished run whose config matches (the other flags are the figure's own)."""
     out = {}
     for run in runs:
         if all(run.value(k) == v for k, v in config.items()):
-            steps, returns = raw_values(run, "charts/episodic_return")
-            out[int(run.value("seed"))] = run_stat(steps, returns, "final", FINAL_FRAC, run.total_steps())
+            steps, values = raw_values(run, metric)
+            value = run_stat(steps, values, "final", FINAL_FRAC, run.total_steps())
+            if np.isfinite(value):  # no value in the window: the run does not count (and the verdict waits)
+                out[int(run.value("seed"))] = value
+            else:
+                print(f"warning: {run.path}: no {metric} in the last {FINAL_FRAC:.0%} of its steps", file=sys.stderr)
     return out
 
 
@@ -61,60 +67,63 @@ def bootstrap_difference(arm: list, base: list, resamples: int = RESAMPLES, seed
     return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
 
 
-def judge(arm: list, base: list) -> tuple:
-    """(D, interval, outcome) by the rule in the module docstring."""
+def judge(arm: list, base: list, sign: float = 1.0) -> tuple:
+    """(D, interval, outcome) by the rule in the module docstring; sign -1 when lower is better."""
     lo, hi = bootstrap_difference(arm, base)
     d = float(np.mean(arm) - np.mean(base))
-    if lo > 0 and min(arm) > float(np.median(base)):
+    beyond_median = all(sign * (v - float(np.median(base))) > 0 for v in arm)
+    if sign * lo > 0 and sign * hi > 0 and beyond_median:
         return d, (lo, hi), "better"
-    if hi < 0:
+    if sign * lo < 0 and sign * hi < 0:
         return d, (lo, hi), "worse"
     return d, (lo, hi), "not separated"
 
 
-def table(base_name: str, base: dict, arms: list) -> list:
+def table(base_name: str, base: dict, arms: list, sign: float = 1.0) -> list:
     """One row per arm and the base: every seed's final, the mean, D and its interval, the outcome."""
     seeds = sorted(set(base).union(*(set(f) for _, f in arms)))
     rows = [{"arm": base_name, **{f"seed {s}": base.get(s) for s in seeds}, "mean": float(np.mean(list(base.values()))),
              "D vs base": None, "95% interval": None, "outcome": "(base)"}]
     for name, finals in arms:
         row = {"arm": name, **{f"seed {s}": finals.get(s) for s in seeds}, "mean": float(np.mean(list(finals.values())))}
-        d, (lo, hi), outcome = judge(list(finals.values()), list(base.values()))
-        rows.append({**row, "D vs base": d, "95% interval": f"[{lo:+.0f}, {hi:+.0f}]", "outcome": outcome})
+        d, (lo, hi), outcome = judge(list(finals.values()), list(base.values()), sign)
+        rows.append({**row, "D vs base": d, "95% interval": f"[{lo:+.4g}, {hi:+.4g}]", "outcome": outcome})
     return rows
 
 
 def markdown(rows: list) -> str:
     cols = list(rows[0])
-    fmt = lambda v: "–" if v is None else (f"{v:.0f}" if isinstance(v, float) else str(v))  # noqa: E731
+    fmt = lambda v: "–" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     return "\n".join(lines + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]) + "\n"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("runs_dir")
+    p.add_argument("runs_dir", nargs="+", help="one or more runs directories (e.g. a figure that reuses Fig. 1a's base)")
     p.add_argument("--base", required=True, help="the base's config, e.g. 'num_envs=8 num_steps=128'")
     p.add_argument("--base-name", default="base")
     p.add_argument("--arm", action="append", required=True, help="'NAME: KEY=INT ...' (repeat)")
+    p.add_argument("--metric", default="charts/episodic_return")
+    p.add_argument("--lower-is-better", action="store_true", help="the paper's direction for this metric is down")
     p.add_argument("--seeds", type=int, default=3, help="seeds every side needs before a verdict (3)")
     p.add_argument("--out", help="write PREFIX.md and PREFIX.csv")
     args = p.parse_args()
     try:
         base_config, arms = parse_config(args.base), [parse_arm(a) for a in args.arm]
-        runs = load_runs([args.runs_dir], only_finished=True)
+        runs = load_runs(args.runs_dir, only_finished=True)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    base = finals_of(runs, base_config)
-    finals = [(name, finals_of(runs, config)) for name, config in arms]
+    base = finals_of(runs, base_config, args.metric)
+    finals = [(name, finals_of(runs, config, args.metric)) for name, config in arms]
     missing = [n for n, f in [(args.base_name, base)] + finals if len(f) < args.seeds]
     if missing:
         print(f"no verdict yet: fewer than {args.seeds} finished seeds for {', '.join(missing)}")
         for name, f in [(args.base_name, base)] + finals:
-            print(f"  {name}: {', '.join(f'seed {s} {v:.0f}' for s, v in sorted(f.items())) or 'none'}")
+            print(f"  {name}: {', '.join(f'seed {s} {v:.4g}' for s, v in sorted(f.items())) or 'none'}")
         return
-    rows = table(args.base_name, base, finals)
+    rows = table(args.base_name, base, finals, -1.0 if args.lower_is_better else 1.0)
     text = markdown(rows)
     print(text, end="")
     if args.out:

@@ -177,7 +177,7 @@ def test_m25_coverage_and_gamma_laptop_grids(tmp_path):
 
 
 def test_scale_is_checked_in_one_line(tmp_path):
-    for script, scale in (("mayor2025_fig1b", "laptop"), ("mayor2025_fig2", "huge")):
+    for script, scale in (("mayor2025_fig1c", "laptop"), ("mayor2025_fig2", "huge")):
         out = dry_run(script, SCALE=scale, RUNS_DIR=tmp_path / "x")
         err = out.stderr.strip().splitlines()
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and f"SCALE={scale}" in err[0], err
@@ -460,3 +460,61 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     bad = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
                           "--base", "num_envs=8", "--arm", "no colon"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "NAME" in bad.stderr
+
+
+def test_m25_fig1_rule_judges_a_diagnostic_where_lower_is_better(tmp_path):
+    """--metric with --lower-is-better (Figs. 3-4: dormant units, weight norm, kurtosis, policy variance fall with N):
+    an arm whose every seed is below the base's median, with the whole interval below 0, is 'better'; a run without
+    the metric in its last 10% does not count, so no verdict is given."""
+    for n, values in ((8, [0.5, 0.6, 0.7]), (32, [0.1, 0.2, 0.3])):
+        for seed, v in enumerate(values, 1):
+            rows = [{"global_step": 950, "diagnostics/dormant_frac": v}, {"global_step": 1000}]
+            write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}}, rows)
+    cmd = ["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"), "--base", "num_envs=8",
+           "--arm", "4x N: num_envs=32", "--metric", "diagnostics/dormant_frac"]
+    lower = subprocess.run(cmd + ["--lower-is-better"], capture_output=True, text=True, timeout=120)
+    assert "| better |" in lower.stdout and "| -0.4 |" in lower.stdout, lower.stdout
+    higher = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert "| worse |" in higher.stdout, higher.stdout
+    write_finished(tmp_path / "r" / "g__4__32", {"args": {"seed": 4, "num_envs": 32}}, [{"global_step": 1000}])
+    missing = subprocess.run(cmd + ["--seeds", "4"], capture_output=True, text=True, timeout=120)
+    assert "no verdict yet" in missing.stdout and "no diagnostics/dormant_frac" in missing.stderr
+
+
+def fake_atari_run(root, seed: int, n: int, t: int, level: float):
+    """A finished KungFuMaster run of 1,000 steps: returns and every Figs. 3-4 diagnostic at `level` (+ seed / 10)."""
+    metrics = ("feature_rank", "ess_pct", "dormant_frac", "weight_norm", "grad_kurtosis", "policy_variance")
+    rows = [{"global_step": s, "charts/episodic_return": level + seed / 10,
+             **{f"diagnostics/{m}": level + seed / 10 for m in metrics}} for s in range(100, 1001, 100)]
+    write_finished(root / f"KungFuMaster-v5__ppo_atari_envpool__{seed}__{n}x{t}",
+                   {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed, "num_envs": n,
+                                                            "num_steps": t, "total_timesteps": 1000}}, rows)
+
+
+def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
+    """Issue 40: Fig. 1b at laptop scale runs only N x4 and T x4 (6 runs) and reads Fig. 1a's 8x128 runs as its
+    base; drawing (DRAW_ONLY) writes the curves, Figs. 3-4 and every rule table, with the outcomes of the header's
+    rule on made-up runs: 32x128 > 8x512 > 8x128 in every metric."""
+    out = dry_run("mayor2025_fig1b", SCALE="laptop", RUNS_DIR=tmp_path / "1b")
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert out.returncode == 0 and len(runs) == 6, out.stderr
+    assert {(r["num_envs"], r["num_steps"]) for r in runs} == {("32", "128"), ("8", "512")}
+    assert {r["diagnostics_every"] for r in runs} == {"10"} and {r["env_id"] for r in runs} == {"KungFuMaster-v5"}
+    for seed in (1, 2, 3):
+        for n, t, level in ((8, 128, 1.0), (32, 32, 9.0), (128, 8, 9.0)):  # 1a's 32x32 and 128x8 must not join
+            fake_atari_run(tmp_path / "1a", seed, n, t, level)
+        fake_atari_run(tmp_path / "1b", seed, 32, 128, 3.0)
+        fake_atari_run(tmp_path / "1b", seed, 8, 512, 2.0)
+    draw = subprocess.run(["bash", str(REPO / "benchmark" / "mayor2025_fig1b.sh")], capture_output=True, text=True,
+                          timeout=600, env=script_env(DRAW_ONLY=1, SCALE="laptop", RUNS_DIR=tmp_path / "1b",
+                                                      FIG1A_DIR=tmp_path / "1a", OUT_DIR=tmp_path / "fig"))
+    assert draw.returncode == 0, draw.stderr
+    outcome = lambda name: {r["arm"]: r["outcome"] for r in csv.DictReader(open(tmp_path / "fig" / f"{name}.csv"))}  # noqa: E731
+    assert outcome("mayor2025_fig1b_rule_n_vs_t") == {"8x512 (T x4)": "(base)", "32x128 (N x4)": "better"}
+    assert outcome("mayor2025_fig1b_rule_vs_base") == {"8x128 (base)": "(base)", "32x128 (N x4)": "better",
+                                                       "8x512 (T x4)": "better"}
+    assert outcome("mayor2025_fig3_fig4_rule_feature_rank")["32x128 (N x4)"] == "better"
+    assert outcome("mayor2025_fig3_fig4_rule_dormant_frac")["32x128 (N x4)"] == "worse"  # higher, the paper says lower
+    curves = open(tmp_path / "fig" / "mayor2025_fig1b_curves.csv").read()
+    assert "N=8 T=128" in curves and "N=32 T=32" not in curves and "N=128 T=8" not in curves
+    assert (tmp_path / "fig" / "mayor2025_fig3_fig4.png").exists()
