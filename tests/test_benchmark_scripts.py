@@ -177,7 +177,7 @@ def test_m25_coverage_and_gamma_laptop_grids(tmp_path):
 
 
 def test_scale_is_checked_in_one_line(tmp_path):
-    for script, scale in (("mayor2025_fig1c", "laptop"), ("mayor2025_fig2", "huge")):
+    for script, scale in (("mayor2025_fig11", "laptop"), ("mayor2025_fig2", "huge")):
         out = dry_run(script, SCALE=scale, RUNS_DIR=tmp_path / "x")
         err = out.stderr.strip().splitlines()
         assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and f"SCALE={scale}" in err[0], err
@@ -481,14 +481,15 @@ def test_m25_fig1_rule_judges_a_diagnostic_where_lower_is_better(tmp_path):
     assert "no verdict yet" in missing.stdout and "no diagnostics/dormant_frac" in missing.stderr
 
 
-def fake_atari_run(root, seed: int, n: int, t: int, level: float):
+def fake_atari_run(root, seed: int, n: int, t: int, level: float, epochs: int = 4):
     """A finished KungFuMaster run of 1,000 steps: returns and every Figs. 3-4 diagnostic at `level` (+ seed / 10)."""
     metrics = ("feature_rank", "ess_pct", "dormant_frac", "weight_norm", "grad_kurtosis", "policy_variance")
     rows = [{"global_step": s, "charts/episodic_return": level + seed / 10,
              **{f"diagnostics/{m}": level + seed / 10 for m in metrics}} for s in range(100, 1001, 100)]
-    write_finished(root / f"KungFuMaster-v5__ppo_atari_envpool__{seed}__{n}x{t}",
+    write_finished(root / f"KungFuMaster-v5__ppo_atari_envpool__{seed}__{n}x{t}x{epochs}",
                    {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed, "num_envs": n,
-                                                            "num_steps": t, "total_timesteps": 1000}}, rows)
+                                                            "num_steps": t, "update_epochs": epochs,
+                                                            "total_timesteps": 1000}}, rows)
 
 
 def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
@@ -518,3 +519,33 @@ def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
     curves = open(tmp_path / "fig" / "mayor2025_fig1b_curves.csv").read()
     assert "N=8 T=128" in curves and "N=32 T=32" not in curves and "N=128 T=8" not in curves
     assert (tmp_path / "fig" / "mayor2025_fig3_fig4.png").exists()
+
+
+def test_m25_fig1c_laptop_runs_epochs_x2_and_reads_the_4_epoch_arms(tmp_path):
+    """Issue 40: Fig. 1c at laptop scale runs 8 epochs at N 8 and 32 (6 runs); the 4-epoch arms are Fig. 1a's 8x128
+    and Fig. 1b's 32x128 runs; other T do not join. Made-up finals: (4, 8) 5, (8, 8) 1, (8, 32) 6, (4, 32) 7."""
+    out = dry_run("mayor2025_fig1c", SCALE="laptop", RUNS_DIR=tmp_path / "1c")
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert out.returncode == 0 and len(runs) == 6, out.stderr
+    assert {(r["update_epochs"], r["num_envs"]) for r in runs} == {("8", "8"), ("8", "32")}
+    assert all("num_steps" not in r for r in runs)  # T = 128, the script's default
+    for seed in (1, 2, 3):
+        fake_atari_run(tmp_path / "1a", seed, 8, 128, 5.0)
+        fake_atari_run(tmp_path / "1a", seed, 32, 32, 99.0)  # other T: must not join
+        fake_atari_run(tmp_path / "1b", seed, 32, 128, 7.0)
+        fake_atari_run(tmp_path / "1b", seed, 8, 512, 99.0)
+        fake_atari_run(tmp_path / "1c", seed, 8, 128, 1.0, epochs=8)
+        fake_atari_run(tmp_path / "1c", seed, 32, 128, 6.0, epochs=8)
+    draw = subprocess.run(["bash", str(REPO / "benchmark" / "mayor2025_fig1c.sh")], capture_output=True, text=True,
+                          timeout=600, env=script_env(DRAW_ONLY=1, SCALE="laptop", RUNS_DIR=tmp_path / "1c",
+                                                      FIG1A_DIR=tmp_path / "1a", FIG1B_DIR=tmp_path / "1b",
+                                                      OUT_DIR=tmp_path / "fig"))
+    assert draw.returncode == 0, draw.stderr
+    outcome = lambda name: {r["arm"]: r["outcome"] for r in csv.DictReader(open(tmp_path / "fig" / f"{name}.csv"))}  # noqa: E731
+    assert outcome("mayor2025_fig1c_rule_vs_base") == {"4 epochs, N 8": "(base)", "8 epochs, N 8": "worse",
+                                                       "8 epochs, N 32": "better"}
+    assert outcome("mayor2025_fig1c_rule_envs")["8 epochs, N 32"] == "better"
+    assert outcome("mayor2025_fig1c_rule_n32")["8 epochs, N 32"] == "worse"
+    means = {(r["group"], r["n"]): float(r["mean"]) for r in csv.DictReader(open(tmp_path / "fig" / "mayor2025_fig1c_curves.csv"))}
+    assert means == {("epochs=4 N=8", "3"): 5.2, ("epochs=8 N=8", "3"): 1.2, ("epochs=8 N=32", "3"): 6.2,
+                     ("epochs=4 N=32", "3"): 7.2}  # 3 seeds each, and 1a's 32x32 (99) did not join 1b's 32x128
