@@ -31,7 +31,8 @@ def random_rollout_sps(train, num_envs, num_steps, repeats):
     def rollout(envs, key):
         return jax.lax.scan(step, envs, jax.random.split(key, num_steps))[0]
     envs = train.init(train.tasks, 0).envs
-    envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))  # compile
+    for _ in range(2):  # compile; the second call compiles again for the sharded envs the first one returns
+        envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))
     t = time.time()
     for i in range(repeats):
         envs = rollout(envs, jax.random.PRNGKey(i + 1))
@@ -111,13 +112,15 @@ def main():
         rand = random_rollout_sps(train, n, opts.num_steps, opts.repeats)
         runner = train.init(train.tasks, 1)
         probe = train.empty_probe(runner.train.params)
-        runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, train.tasks, runner, probe, 1, -1))  # compile
+        runner = jax.device_put(runner, train.shardings(runner))  # placed as the script places it
+        for _ in range(2):  # compile; then once more, in case the returned state's placement differs from the input's
+            runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, train.tasks, runner, probe, 1, -1))
         t = time.time()
         for _ in range(opts.repeats):
             runner, probe, stats, _ = train.train_chunk(hyper, train.tasks, runner, probe, 1, -1)
         jax.block_until_ready(stats)
-        train = opts.repeats * n * opts.num_steps / (time.time() - t)
-        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} |", flush=True)
+        train_sps = opts.repeats * n * opts.num_steps / (time.time() - t)
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train_sps:.0f} | {train_sps / rand:.2f} |", flush=True)
     print(f"\npeak RSS of the timed runs: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
     print(f"\n| num_envs | steps | XLA temp + args + outputs (GiB) | fits in {opts.memory_gib:g} GiB |")
     print("|---:|---:|---:|---|")
