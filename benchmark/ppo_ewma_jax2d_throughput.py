@@ -20,23 +20,24 @@ sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
 
 
-def random_rollout_sps(setup, tasks, num_steps, repeats):
+def random_rollout_sps(train, num_envs, num_steps, repeats):
     def step(envs, key):
-        keys = jax.random.split(key, setup.num_envs + 1)
-        action = jax.vmap(setup.env.action_type.random_action)(keys[1:])
-        envs, *_ = m.env_step(setup, tasks, envs, action, keys[0])
+        keys = jax.random.split(key, num_envs + 1)
+        action = jax.vmap(train.env.action_type.random_action)(keys[1:])
+        envs, *_ = train.env_step(train.tasks, envs, action, keys[0])
         return envs, None
 
     @jax.jit
     def rollout(envs, key):
         return jax.lax.scan(step, envs, jax.random.split(key, num_steps))[0]
-    envs = m.init_runner(setup, tasks, 0).envs
-    envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))  # compile
+    envs = train.init(train.tasks, 0).envs
+    for _ in range(2):  # compile; the second call compiles again for the sharded envs the first one returns
+        envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))
     t = time.time()
     for i in range(repeats):
         envs = rollout(envs, jax.random.PRNGKey(i + 1))
     jax.block_until_ready(envs)
-    return repeats * num_steps * setup.num_envs / (time.time() - t)
+    return repeats * num_steps * num_envs / (time.time() - t)
 
 
 def configure(num_envs, num_steps, num_tasks):
@@ -105,19 +106,21 @@ def main():
     print("|---:|---:|---:|---:|---:|")
     for n in opts.num_envs:
         args = configure(n, opts.num_steps, opts.num_tasks)
-        setup, tasks, chunk, _, init = m.build(m.build_config(args))
+        train = m.make_train(args)
         hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                         vf_coef=jnp.float32(0.5))
-        rand = random_rollout_sps(setup, tasks, opts.num_steps, opts.repeats)
-        runner = init(tasks, 1)
-        probe = m.empty_probe(setup, runner.train.params, tasks.obs.shape[-1], len(setup.probe_index))
-        runner, probe, *_ = jax.block_until_ready(chunk(hyper, tasks, runner, probe, 1, -1))  # compile
+        rand = random_rollout_sps(train, n, opts.num_steps, opts.repeats)
+        runner = train.init(train.tasks, 1)
+        probe = train.empty_probe(runner.train.params)
+        runner = jax.device_put(runner, train.shardings(runner))  # placed as the script places it
+        for _ in range(2):  # compile; then once more, in case the returned state's placement differs from the input's
+            runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, train.tasks, runner, probe, 1, -1))
         t = time.time()
         for _ in range(opts.repeats):
-            runner, probe, stats, _ = chunk(hyper, tasks, runner, probe, 1, -1)
+            runner, probe, stats, _ = train.train_chunk(hyper, train.tasks, runner, probe, 1, -1)
         jax.block_until_ready(stats)
-        train = opts.repeats * n * opts.num_steps / (time.time() - t)
-        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} |", flush=True)
+        train_sps = opts.repeats * n * opts.num_steps / (time.time() - t)
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train_sps:.0f} | {train_sps / rand:.2f} |", flush=True)
     print(f"\npeak RSS of the timed runs: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
     print(f"\n| num_envs | steps | XLA temp + args + outputs (GiB) | fits in {opts.memory_gib:g} GiB |")
     print("|---:|---:|---:|---|")
@@ -136,13 +139,12 @@ def main():
 def compiled_memory_gib(num_envs, num_steps, num_tasks):
     """XLA's memory analysis of the compiled training chunk (no execution): temp + arguments + outputs."""
     args = configure(num_envs, num_steps, num_tasks)
-    setup, tasks, chunk, _, _ = m.build(m.build_config(args))
+    train = m.make_train(args)
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    runner = jax.eval_shape(lambda: m.init_runner(setup, tasks, 1))
-    probe = jax.eval_shape(lambda: m.empty_probe(setup, m.init_runner(setup, tasks, 1).train.params,
-                                                 tasks.obs.shape[-1], len(setup.probe_index)))
-    mem = chunk.lower(hyper, tasks, runner, probe, 1, -1).compile().memory_analysis()
+    runner = jax.eval_shape(train.init, train.tasks, 1)
+    probe = jax.eval_shape(lambda: train.empty_probe(train.init(train.tasks, 1).train.params))
+    mem = train.train_chunk.lower(hyper, train.tasks, runner, probe, 1, -1).compile().memory_analysis()
     return (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**30
 
 

@@ -1,6 +1,15 @@
-# PPO and PPO-EWMA on procedurally generated Jax2D locomotion tasks (B26 §2.2–5, App. A–C): the whole
-# training loop is jitted (PureJaxRL style), with a host loop around chunks of updates for logging,
-# evaluation, diagnostics and checkpoints. Docs: docs/ppo_ewma_jax2d.md
+"""PPO and PPO-EWMA on procedurally generated Jax2D locomotion tasks: the experiment of B26 (beukman2026; §2.2-5,
+App. A-C), where PPO-EWMA's proximal policy is an exponential moving average of the weights (B26 §2.2, eq. 4), with
+the scaling flags of B26 §5 / App. D and the diagnostics of B26 §4.4, M25 (mayor2025) App. B and H25 (honari2025).
+PureJaxRL's shape: make_train(args) returns the jitted pieces, and a host loop runs chunks of jitted updates, logging,
+evaluating and checkpointing between them.
+
+    python cleanrl_scaling/ppo_ewma_jax2d.py --ewma-com 16
+
+Docs: docs/ppo_ewma_jax2d.md. Read top to bottom: Args, then the algorithm (the task set, the network, GAE, the
+loss, make_train: rollout, update, evaluation; diagnostics, main); below the marked line, the infrastructure every
+script shares.
+"""
 import dataclasses
 import functools
 import json
@@ -12,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Callable, Literal, NamedTuple, Optional
 
 import numpy as np
 import tyro
@@ -144,12 +153,850 @@ class Args(ScalingArgs, RunArgs):
     # to be filled in runtime
     batch_size: int = 0
     """the batch size (computed in runtime)"""
-    minibatch_size_resolved: int = 0
-    """the minibatch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Environment: a fixed set of generated tasks, replayed by resetting to a stored level
+# ---------------------------------------------------------------------------------------------------------
+# Only "l": kinetix's locomotion generator needs a body, two legs and two ankles beyond the 4 fixed polygons (the s and
+# m scenes have 1 and 2 free polygons, and the generator fails on them with a negative array size).
+ENV_SIZES = {"Jax2D-Locomotion-l": "l"}
+
+
+def make_env(env_id: str):
+    """Symbolic-flat observations (an MLP's input, B26 App. A) and multi-discrete motor/thruster actions."""
+    from kinetix.environment.env import make_kinetix_env
+    from kinetix.environment.env_state import EnvParams
+    from kinetix.environment.spaces import ActionType, ObservationType
+    from kinetix.environment.utils import static_env_params_from_size
+    static_params = static_env_params_from_size(ENV_SIZES[env_id])
+    env_params = EnvParams()
+    env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params,
+                           static_params, auto_reset=False)
+    return env, env_params, static_params
+
+
+class Tasks(struct.PyTreeNode):
+    states: Any  # EnvState with a leading [num_tasks] axis: the level each task resets to
+    obs: jnp.ndarray  # [num_tasks, obs_dim] observation of each stored level
+
+
+def generate_tasks(env, env_params, static_params, task_seed: int, num_tasks: int) -> Tasks:
+    """Task i = the locomotion generator at fold_in(PRNGKey(task_seed), i): fixed, and prefix-stable."""
+    from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level
+
+    def one(i):
+        level = sample_locomotion_level(jax.random.fold_in(jax.random.PRNGKey(task_seed), i), env_params, static_params)
+        return level, env.get_obs(level)
+    states, obs = jax.jit(jax.vmap(one))(jnp.arange(num_tasks))
+    return Tasks(states=states, obs=obs)
+
+
+def action_layout(env, env_params):
+    """Choices per action dimension (3 per motor, 2 per thruster) and the [D, A] mask of valid choices."""
+    dims = np.asarray(env.action_space(env_params).number_of_dims_per_distribution)
+    mask = np.arange(dims.max())[None, :] < dims[:, None]
+    return dims, mask
+
+
+def tree_select(cond, on_true, on_false):
+    """Per-env select between two batched pytrees (cond: [N])."""
+    return jax.tree.map(lambda a, b: jnp.where(cond.reshape(cond.shape + (1,) * (a.ndim - 1)), a, b), on_true, on_false)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Agent: separate actor and critic MLPs (B26 App. A: 3 layers of width 256)
+# ---------------------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out_size: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        hidden = []
+        for _ in range(self.num_layers):
+            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            hidden.append(x)
+        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
+
+
+class ActorCritic(nn.Module):
+    action_mask: Any  # numpy [D, A] bool
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        """obs [..., O] -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
+        d, a = self.action_mask.shape
+        logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(obs)
+        value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(obs)
+        logits = jnp.where(self.action_mask, logits.reshape(obs.shape[:-1] + (d, a)), -1e9)
+        return logits, value[..., 0], actor_hidden, critic_hidden
+
+
+def log_prob(logits, actions):
+    """Multi-discrete log-probability: the sum over action dimensions."""
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0].sum(-1)
+
+
+def entropy(logits):
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return -(jnp.exp(logp_all) * logp_all).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# State: named pytrees instead of positional tuples
+# ---------------------------------------------------------------------------------------------------------
+class TrainState(struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+    prox_params: Any  # theta_prox, the EWMA of theta (B26 §2.2); equal to params when --ewma-com 0
+
+
+class EnvBatch(struct.PyTreeNode):
+    state: Any  # EnvState [N]
+    obs: jnp.ndarray  # [N, O]
+    ep_return: jnp.ndarray  # [N] return of the running episode
+    ep_length: jnp.ndarray  # [N]
+
+
+class RunnerState(struct.PyTreeNode):
+    train: TrainState
+    envs: EnvBatch
+    key: jnp.ndarray  # the training RNG stream (diagnostics and evaluation never draw from it)
+
+
+class Transition(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    value: jnp.ndarray
+    reward: jnp.ndarray
+    done: jnp.ndarray  # the episode ended after this step
+    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN: no bootstrap (a time limit bootstraps)
+    next_value: jnp.ndarray  # V(true next observation), used only when the episode was truncated
+
+
+class Episodes(NamedTuple):
+    done: jnp.ndarray  # [T, N]
+    ep_return: jnp.ndarray
+    ep_length: jnp.ndarray
+    solved: jnp.ndarray  # the episode ended touching the goal
+
+
+class Batch(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    advantages: jnp.ndarray
+    returns: jnp.ndarray
+    value: jnp.ndarray
+
+
+class Hyper(struct.PyTreeNode):
+    """Hyperparameters passed as traced values: changing them (a COM or epsilon sweep, a reload with
+    another COM) reuses the compiled program."""
+    clip_coef: jnp.ndarray
+    ewma_com: jnp.ndarray
+    ent_coef: jnp.ndarray
+    vf_coef: jnp.ndarray
+
+
+class Probe(struct.PyTreeNode):
+    """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
+    params_before: Any
+    first_grad: jnp.ndarray  # flat first-minibatch gradient
+    logits: jnp.ndarray  # [J+1, S, D, A]: pi_0 (behavior) ... pi_J on the fixed state set S
+    obs: jnp.ndarray  # [S, O]
+    actions: jnp.ndarray  # [S, D]
+    steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
+
+
+class UpdateCarry(struct.PyTreeNode):
+    train: TrainState
+    probe: Probe
+    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
+    steps: jnp.ndarray
+    stopped: jnp.ndarray  # --target-kl ended the epochs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Advantages: GAE
+# ---------------------------------------------------------------------------------------------------------
+def gae_step(gamma: float, lam: float, carry, t: Transition):
+    """GAE (Schulman et al. 2016) backwards in time; a truncated episode bootstraps from V(true next obs)."""
+    next_adv, next_value = carry
+    v_next = jnp.where(t.done, jnp.where(t.terminated, 0.0, t.next_value), next_value)
+    delta = t.reward + gamma * v_next - t.value
+    adv = delta + gamma * lam * (1.0 - t.done) * next_adv
+    return (adv, t.value), adv
+
+
+def compute_gae(traj: Transition, last_value, gamma: float, lam: float):
+    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam), (jnp.zeros_like(last_value), last_value),
+                                 traj, reverse=True)
+    return advantages, advantages + traj.value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loss: PPO's, with PPO-EWMA's proximal policy (B26 eq. 4)
+# ---------------------------------------------------------------------------------------------------------
+def ewma_update(prox_params, params, com: float):
+    """B26 §2.2: theta_prox <- beta theta_prox + (1 - beta) theta, beta = C / (C + 1) (footnote 1)."""
+    beta = com / (com + 1.0)
+    return jax.tree.map(lambda q, p: beta * q + (1.0 - beta) * p, prox_params, params)
+
+
+def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: float, imp_samp_max: float):
+    """B26 eq. 4 per sample: pi_prox/pi_behavior * max(-A r_prox, -A clip(r_prox)). As in Hilton et al.'s code,
+    pi_behavior is raised to pi/imp_samp_max so that pi/pi_behavior <= imp_samp_max (no gradient through it).
+    With pi_prox = pi_behavior and no truncation this is CleanRL's PPO loss, bit for bit."""
+    logp_adj = behavior_logp
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behavior_logp, jax.lax.stop_gradient(newlogp) - math.log(imp_samp_max))
+    ratio = jnp.exp(newlogp - prox_logp)
+    weight = jnp.exp(prox_logp - logp_adj)
+    return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
+
+
+def ppo_loss(args, network: ActorCritic, hyper: Hyper, params, prox_params, mb: Batch):
+    """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox. Returns the loss and
+    [policy loss, value loss, entropy, old approx KL, approx KL, clip fraction]."""
+    logits, newvalue, _, _ = network.apply(params, mb.obs)
+    newlogp = log_prob(logits, mb.action)
+    logratio = newlogp - mb.logp
+    ratio = jnp.exp(logratio)
+    advantages = mb.advantages
+    if args.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    if args.ewma_com > 0:
+        prox_logits, _, _, _ = network.apply(prox_params, mb.obs)
+        prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
+        pg_loss = decoupled_pg_loss(newlogp, prox_logp, mb.logp, advantages, hyper.clip_coef, args.imp_samp_max).mean()
+        clip_ratio = jnp.exp(newlogp - prox_logp)
+    else:  # plain PPO: the behavior policy is also the proximal one, nothing to truncate
+        pg_loss = decoupled_pg_loss(newlogp, mb.logp, mb.logp, advantages, hyper.clip_coef, 0.0).mean()
+        clip_ratio = ratio
+    if args.clip_vloss:
+        v_clipped = mb.value + jnp.clip(newvalue - mb.value, -hyper.clip_coef, hyper.clip_coef)
+        v_loss = 0.5 * jnp.maximum((newvalue - mb.returns) ** 2, (v_clipped - mb.returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb.returns) ** 2).mean()
+    entropy_loss = entropy(logits).mean()
+    loss = pg_loss - hyper.ent_coef * entropy_loss + v_loss * hyper.vf_coef
+    stats = jnp.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(), ((ratio - 1) - logratio).mean(),
+                       (jnp.abs(clip_ratio - 1.0) > hyper.clip_coef).mean()])
+    return loss, jax.lax.stop_gradient(stats)
+
+
+def make_optimizer(args):
+    """Adam after global-norm clipping; --anneal-lr: CleanRL's linear decay to zero, constant within an iteration."""
+    schedule = args.learning_rate
+    if args.anneal_lr:
+        steps_per_iteration = args.update_epochs * args.num_minibatches
+        def schedule(count):
+            return args.learning_rate * (1.0 - (count // steps_per_iteration) / args.num_iterations)
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation: the solve rate over every task, with sampled and greedy actions (B26 §3)
+# ---------------------------------------------------------------------------------------------------------
+class EvalCarry(NamedTuple):
+    state: Any
+    obs: jnp.ndarray
+    finished: jnp.ndarray
+    solved: jnp.ndarray
+    ep_return: jnp.ndarray
+    keys: jnp.ndarray  # [K] one RNG stream per sampled attempt
+    t: jnp.ndarray
+
+
+class EvalResult(NamedTuple):
+    solve_rate: jnp.ndarray  # mean over the K x tasks sampled episodes
+    solve_rate_se: jnp.ndarray  # its standard error across those episodes
+    solve_rate_greedy: jnp.ndarray
+    eval_return: jnp.ndarray
+    eval_return_se: jnp.ndarray
+    eval_return_greedy: jnp.ndarray
+    solved: jnp.ndarray  # [K + 1, tasks] per episode: the K sampled attempts, then the greedy one
+    ep_return: jnp.ndarray
+
+
+def default_eval_attempts(num_tasks: int) -> int:
+    """Enough attempts that the worst-case (p = 1/2) SE 0.5/sqrt(tasks x K) is <= 0.02, i.e. tasks x K >= 625."""
+    return -(-625 // num_tasks)  # 625 = (0.5 / 0.02)^2
+
+
+def attempt_keys(key, attempts: int):
+    """Attempt 0 draws from the evaluation key itself, so K = 1 is the one-episode evaluation of earlier runs."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(attempts)).at[0].set(key)
+
+
+def standard_error(x):
+    """Sample standard deviation (ddof 1) over the episodes / sqrt(episodes): nan for a single episode."""
+    return x.std(ddof=1) / jnp.sqrt(x.size)
+
+
+def summarise_eval(solved, ep_return) -> EvalResult:
+    """solved, ep_return: [K + 1, tasks], the last row greedy. Greedy play is deterministic, so it has no SE."""
+    sampled, sampled_return = solved[:-1].ravel().astype(jnp.float32), ep_return[:-1].ravel()
+    return EvalResult(solve_rate=sampled.mean(), solve_rate_se=standard_error(sampled),
+                      solve_rate_greedy=solved[-1].mean(), eval_return=sampled_return.mean(),
+                      eval_return_se=standard_error(sampled_return), eval_return_greedy=ep_return[-1].mean(),
+                      solved=solved, ep_return=ep_return)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# make_train: the task set, the agent and the jitted pieces of one configuration (PureJaxRL's shape)
+# ---------------------------------------------------------------------------------------------------------
+class Train(NamedTuple):
+    """What make_train returns. The jitted functions take the task set as an argument (it lives on the devices)."""
+    tasks: Tasks  # replicated on every device
+    eval_tasks: Tasks  # on the one device that evaluates
+    network: ActorCritic
+    env: Any
+    init: Callable  # (tasks, seed) -> RunnerState
+    train_chunk: Callable  # (hyper, tasks, runner, probe, num_updates, probe_at) -> (runner, probe, stats, episodes)
+    evaluate: Callable  # (tasks, params, key, attempts=K) -> EvalResult
+    empty_probe: Callable  # params -> Probe
+    shardings: Callable  # RunnerState -> its shardings (envs split over the devices, the rest replicated)
+    env_step: Callable  # (tasks, envs, action, reset_key) -> (envs, obs, reward, done, terminated, episodes)
+
+
+def make_train(args) -> Train:
+    """Closes over the configuration (args after apply_scaling); the hyperparameters a sweep changes are traced
+    (Hyper), so one compiled program serves them all."""
+    env, env_params, static_params = make_env(args.env_id)
+    network = ActorCritic(action_mask=action_layout(env, env_params)[1], hidden_size=args.hidden_size,
+                          num_layers=args.num_hidden_layers)
+    optimizer = make_optimizer(args)
+    mesh = Mesh(np.array(jax.devices()), ("envs",))
+    probe_index = diagnostic_states(args.batch_size, args.diagnostics_states)  # rows of the flattened batch
+    max_timesteps = int(env_params.max_timesteps)
+    tasks = generate_tasks(env, env_params, static_params, args.task_seed, args.num_tasks)
+    tasks = jax.device_put(tasks, NamedSharding(mesh, P()))
+
+    def shard_envs(tree):
+        """SPEC §7: the env axis is split over all devices; everything else is replicated."""
+        spec = NamedSharding(mesh, P("envs"))
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+    def shardings(runner: RunnerState) -> RunnerState:
+        sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
+        return RunnerState(train=jax.tree.map(lambda _: replicated, runner.train),
+                           envs=jax.tree.map(lambda _: sharded, runner.envs), key=replicated)
+
+    def init(tasks: Tasks, seed) -> RunnerState:
+        """One PRNG key, split into the initial weights and the training stream; every task played from the start."""
+        key, key_init = jax.random.split(jax.random.PRNGKey(jnp.uint32(seed)))
+        params = network.init(key_init, tasks.obs[:1])
+        idx = jnp.arange(args.num_envs) % args.num_tasks
+        envs = EnvBatch(state=jax.tree.map(lambda x: x[idx], tasks.states), obs=tasks.obs[idx],
+                        ep_return=jnp.zeros(args.num_envs), ep_length=jnp.zeros(args.num_envs, jnp.int32))
+        train = TrainState(params=params, opt_state=optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
+        return RunnerState(train=train, envs=envs, key=key)
+
+    # Rollout
+    def env_step(tasks: Tasks, envs: EnvBatch, action, reset_key):
+        """Step every env; an ended episode resets to a task drawn uniformly from the stored set."""
+        obs, state, reward, done, info = jax.vmap(env.step_env, (None, 0, 0, None))(None, envs.state, action, env_params)
+        solved = done & info["GoalR"]
+        terminated = done & ((state.timestep < max_timesteps) | solved)
+        ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
+        idx = jax.random.randint(reset_key, (args.num_envs,), 0, args.num_tasks)
+        reset_state = jax.tree.map(lambda x: x[idx], tasks.states)
+        new_envs = EnvBatch(state=tree_select(done, reset_state, state), obs=jnp.where(done[:, None], tasks.obs[idx], obs),
+                            ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
+        episodes = Episodes(done=done, ep_return=ep_return, ep_length=ep_length, solved=solved)
+        return shard_envs(new_envs), obs, reward, done, terminated, episodes
+
+    def rollout_step(tasks: Tasks, params, envs: EnvBatch, key):
+        key_action, key_reset = jax.random.split(key)
+        logits, value, _, _ = network.apply(params, envs.obs)
+        action = jax.random.categorical(key_action, logits)
+        new_envs, true_next_obs, reward, done, terminated, episodes = env_step(tasks, envs, action, key_reset)
+        _, next_value, _, _ = network.apply(params, true_next_obs)  # bootstraps a time-limit truncation
+        transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
+                                done=done, terminated=terminated, next_value=next_value)
+        return new_envs, (transition, episodes)
+
+    # Update: update_epochs x num_minibatches steps; theta_prox follows theta after every step (B26 §2.2)
+    def minibatch_step(hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
+        train = carry.train
+        (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, args, network, hyper), has_aux=True)(
+            train.params, train.prox_params, mb)
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
+        params = optax.apply_updates(train.params, updates)
+        new_train = TrainState(params=params, opt_state=opt_state,
+                               prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
+        probe = jax.lax.cond(probe_on, record_probe_step, lambda *_: carry.probe, carry.probe, carry.steps, grads, params)
+        new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
+                          steps=carry.steps + 1, stopped=carry.stopped)
+        return new, stats
+
+    def update_epoch(hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
+        def run(carry):
+            n = batch.obs.shape[0]
+            perm = jax.random.permutation(key, n).reshape(args.num_minibatches, -1)
+            minibatches = jax.tree.map(lambda x: x[perm], batch)
+            carry, stats = jax.lax.scan(functools.partial(minibatch_step, hyper, probe_on), carry, minibatches)
+            stopped = stats[-1, 4] > args.target_kl if args.target_kl is not None else carry.stopped
+            return carry.replace(stopped=stopped)
+        return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
+
+    def update_iteration(hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe, probe_on):
+        """One PPO iteration: rollout, GAE, update_epochs x num_minibatches steps."""
+        key, key_rollout, key_update = jax.random.split(runner.key, 3)
+        params = runner.train.params
+        envs, (traj, episodes) = jax.lax.scan(functools.partial(rollout_step, tasks, params), runner.envs,
+                                              jax.random.split(key_rollout, args.num_steps))
+        _, last_value, _, _ = network.apply(params, envs.obs)
+        advantages, returns = compute_gae(traj, last_value, args.gamma, args.gae_lambda)
+        batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
+                             Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value))
+        probe = jax.lax.cond(probe_on, start_probe, lambda *_: probe, probe, params, batch)
+        carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+                            stopped=jnp.zeros((), bool))
+        keys = jax.random.split(key_update, args.update_epochs)
+        carry, _ = jax.lax.scan(functools.partial(update_epoch, hyper, batch, probe_on), carry, keys)
+        var_y = jnp.var(batch.returns)
+        explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
+        stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
+        return RunnerState(train=carry.train, envs=envs, key=key), carry.probe, stats, episodes
+
+    def train_chunk(hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe, num_updates, probe_at):
+        """Run num_updates (<= --updates-per-chunk, dynamic: one compiled program for every chunk length) updates;
+        the update at index probe_at (-1: none) fills the probe. Returns per-update stats and episodes."""
+        max_updates = args.updates_per_chunk
+        stats_buf = jnp.full((max_updates, 8), jnp.nan)
+        shape = (max_updates, args.num_steps, args.num_envs)
+        episodes_buf = Episodes(jnp.zeros(shape, bool), jnp.zeros(shape), jnp.zeros(shape, jnp.int32),
+                                jnp.zeros(shape, bool))
+
+        def body(i, carry):
+            runner, probe, stats_buf, episodes_buf = carry
+            runner, probe, stats, episodes = update_iteration(hyper, tasks, runner, probe, i == probe_at)
+            episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episodes)
+            return runner, probe, stats_buf.at[i].set(stats), episodes_buf
+
+        return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
+
+    # Diagnostics (SPEC §5): recorded inside the probed update behind lax.cond, read-only, no training RNG draws
+    def empty_probe(params) -> Probe:
+        d, a = network.action_mask.shape
+        num_policies = args.update_epochs * args.num_minibatches + 1
+        flat, _ = ravel_pytree(params)
+        num_diag, obs_dim = len(probe_index), tasks.obs.shape[-1]
+        return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
+                     logits=jnp.zeros((num_policies, num_diag, d, a)), obs=jnp.zeros((num_diag, obs_dim)),
+                     actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
+
+    def start_probe(probe: Probe, params, batch: Batch) -> Probe:
+        obs, actions = batch.obs[probe_index], batch.action[probe_index]
+        logits, _, _, _ = network.apply(params, obs)
+        return probe.replace(params_before=params, obs=obs, actions=actions, logits=probe.logits.at[0].set(logits),
+                             steps=jnp.zeros((), jnp.int32))
+
+    def record_probe_step(probe: Probe, step, grads, params) -> Probe:
+        first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
+        logits, _, _, _ = network.apply(params, probe.obs)
+        return probe.replace(first_grad=first_grad, logits=probe.logits.at[step + 1].set(logits), steps=step + 1)
+
+    # Evaluation: every task `attempts` times with sampled actions and once greedily, in one batch
+    def eval_step(params, attempts: int, carry: EvalCarry) -> EvalCarry:
+        keys, keys_action = jnp.moveaxis(jax.vmap(jax.random.split)(carry.keys), 1, 0)
+        logits, _, _, _ = network.apply(params, carry.obs)  # [(K + 1) x tasks, D, A]
+        sampled = logits[:attempts * args.num_tasks].reshape((attempts, args.num_tasks) + logits.shape[1:])
+        # a draw's first rows do not depend on its length (partitionable threefry): attempt 0 = the old [2 x tasks] draw
+        sampled = jax.vmap(jax.random.categorical)(keys_action, sampled).reshape((-1,) + logits.shape[1:2])
+        action = jnp.concatenate([sampled, jnp.argmax(logits[attempts * args.num_tasks:], -1)])
+        obs, state, reward, done, info = jax.vmap(env.step_env, (None, 0, 0, None))(None, carry.state, action, env_params)
+        live = ~carry.finished
+        return EvalCarry(state=state, obs=obs, finished=carry.finished | done,
+                         solved=carry.solved | (live & done & info["GoalR"]),
+                         ep_return=carry.ep_return + jnp.where(live, reward, 0.0), keys=keys, t=carry.t + 1)
+
+    def evaluate(tasks: Tasks, params, key, attempts: int) -> EvalResult:
+        """Until every episode ended (or the time limit): the sampled attempts, then the greedy episodes."""
+        copies = attempts + 1
+        envs = jax.tree.map(lambda x: jnp.concatenate([x] * copies), tasks)
+        size = copies * args.num_tasks
+        carry = EvalCarry(state=envs.states, obs=envs.obs, finished=jnp.zeros(size, bool), solved=jnp.zeros(size, bool),
+                          ep_return=jnp.zeros(size), keys=attempt_keys(key, attempts), t=jnp.zeros((), jnp.int32))
+        carry = jax.lax.while_loop(lambda c: (c.t < max_timesteps + 1) & ~c.finished.all(),
+                                   functools.partial(eval_step, params, attempts), carry)
+        return summarise_eval(carry.solved.reshape(copies, -1), carry.ep_return.reshape(copies, -1))
+
+    return Train(tasks=tasks, eval_tasks=jax.device_put(tasks, jax.devices()[0]), network=network, env=env,
+                 init=jax.jit(init),  # one compiled program, not hundreds of eager ops
+                 train_chunk=jax.jit(train_chunk, donate_argnums=(2, 3)),
+                 evaluate=jax.jit(evaluate, static_argnames="attempts"),  # a small program: one device
+                 empty_probe=empty_probe, shardings=shardings, env_step=env_step)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5) from the probed update, on the host in float64
+# ---------------------------------------------------------------------------------------------------------
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+def log_softmax64(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+class PolicyKL:
+    """kl_between(i, j) = per-state KL(pi_i || pi_j), summed over the action dimensions (for kl_profile)."""
+
+    def __init__(self, logps):
+        self.logps = logps
+        self.num_policies = len(logps)
+
+    def __call__(self, i, j):
+        return categorical_kl(self.logps[i], self.logps[j]).sum(-1)
+
+
+def flat_params(params) -> np.ndarray:
+    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(params)])
+
+
+def compute_diagnostics(network: ActorCritic, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
+    probe = jax.device_get(probe)
+    mask = np.asarray(network.action_mask)
+    steps = int(probe.steps)
+    logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
+    kl = PolicyKL(logps)
+    seq, ref = kl_profile(kl)
+    kl_behavior = float(np.mean(kl(0, steps)))
+    after, behavior = logps[-1], logps[0]
+    taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
+    apply = jax.jit(network.apply)  # a small MLP forward pass
+    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
+    params_after = flat_params(train.params)
+    out = {
+        "diagnostics/kl_behavior": kl_behavior,
+        "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+        "diagnostics/kl_prox": float(np.mean(categorical_kl(log_softmax64(np.asarray(prox_logits)), after).sum(-1))),
+        "diagnostics/seq_kl_mean": float(np.mean(seq)),
+        "diagnostics/ref_kl_mean": float(np.mean(ref)),
+        "diagnostics/update_size": float(np.linalg.norm(params_after - flat_params(probe.params_before))),
+        "diagnostics/grad_norm": float(grad_norm),
+        "diagnostics/grad_kurtosis": log_grad_kurtosis(np.asarray(probe.first_grad)),
+        "diagnostics/ess_pct": ess_pct(taken),
+        "diagnostics/policy_variance": policy_variance(np.exp(after)[:, mask]),
+        "diagnostics/weight_norm": float(np.linalg.norm(params_after)),
+        "diagnostics/actor_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["actor"]))),
+        "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["critic"]))),
+    }
+    for prefix, hidden in (("", actor_h), ("critic_", critic_h)):
+        hidden = [np.asarray(h, np.float64) for h in hidden]
+        rank, srank = feature_ranks(hidden[-1])
+        dormant = dormant_fractions(hidden)
+        out[f"diagnostics/{prefix}feature_rank"] = rank
+        out[f"diagnostics/{prefix}srank"] = srank
+        out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+        out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+        out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+    return out, seq, ref
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: the algorithm box; set-up, resume and run-directory plumbing in the named functions above it
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "ppo_ewma_jax2d"
+STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
+              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
+
+
+def validate(args) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    check_finite_floats(args)
+    check(args.env_id in ENV_SIZES, f"--env-id {args.env_id!r} is not one of {', '.join(ENV_SIZES)}")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check_ppo_flags(args)
+    check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
+    check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
+    check(args.num_tasks >= 1, f"--num-tasks must be >= 1 (got {args.num_tasks})")
+    check(args.task_seed >= 0, f"--task-seed must be >= 0 (got {args.task_seed})")
+    check(args.hidden_size >= 1, f"--hidden-size must be >= 1 (got {args.hidden_size})")
+    check(args.num_hidden_layers >= 1, f"--num-hidden-layers must be >= 1 (got {args.num_hidden_layers})")
+    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
+    check(args.eval_attempts is None or args.eval_attempts >= 1, f"--eval-attempts must be >= 1 (got {args.eval_attempts})")
+    check(args.updates_per_chunk >= 1, f"--updates-per-chunk must be >= 1 (got {args.updates_per_chunk})")
+    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check(not (args.resume and args.init_from), "--resume and --init-from exclude each other; pass only one")
+    scaling = resolve_scaling(args)
+    devices = jax.device_count()
+    check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
+    return scaling
+
+
+def apply_scaling(args, scaling: dict) -> None:
+    """Write the resolved batch, minibatches, learning rate and evaluation attempts into args (what the run uses)."""
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.eval_attempts is None:
+        args.eval_attempts = default_eval_attempts(args.num_tasks)
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes and the task set). Not --eval-attempts:
+    the evaluation draws from its own key and never changes training, so a resumed run may evaluate with another K."""
+    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_tasks": args.num_tasks, "task_seed": args.task_seed,
+            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers}
+
+
+def read_args() -> tuple:
+    """Args from the command line with the scaling resolved, and the checkpoint to start from (--resume or
+    --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args)
+        source, flag = (args.resume, "--resume") if args.resume else (args.init_from, "--init-from")
+        ckpt = load_checkpoint(source, SCRIPT, signature(args), flag) if source else None
+        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+              f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
+              f"{ckpt and ckpt['iteration']}; raise it to continue")
+        check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
+    except UsageError as e:
+        exit_usage(e)
+    apply_scaling(args, scaling)
+    return args, scaling, ckpt
+
+
+def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
+    ref = jax.tree.leaves(template)
+    check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+                                          for a, b in zip(ref, leaves)),
+          f"{flag}: the checkpoint's state does not match this configuration (network or env shapes)")
+    return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
+
+
+def initial_runner(train: Train, args, ckpt) -> RunnerState:
+    """A new state from --seed, or the checkpoint's (--resume: the same run; --init-from: a new run from its state,
+    with this run's hyperparameters), placed on the devices."""
+    runner = train.init(train.tasks, args.seed)
+    if ckpt:
+        flag = "--resume" if args.resume else "--init-from"
+        try:
+            runner = restore_runner(runner, ckpt["runner"], flag)
+        except UsageError as e:
+            exit_usage(e)
+        print(f"{'resuming' if args.resume else 'starting from'} {args.resume or args.init_from} at iteration "
+              f"{ckpt['iteration']}" + (f" with --ewma-com {args.ewma_com} --clip-coef {args.clip_coef}" if args.init_from else ""))
+    return jax.device_put(runner, train.shardings(runner))
+
+
+def next_stop(iteration: int, args) -> int:
+    """The next iteration after which the host has something to do (log events, checkpoint, end)."""
+    stops = [args.num_iterations, iteration + args.updates_per_chunk]
+    for every in (args.eval_every, args.diagnostics_every, args.checkpoint_every):
+        if every:
+            stops.append((iteration // every + 1) * every)
+    return min(stops)
+
+
+class ChunkClock:
+    """SPS without the first chunk (compilation, warm-up), and the wall time a checkpoint carries across resumes."""
+
+    def __init__(self, batch_size: int, wall_offset: float):
+        self.batch_size, self.wall_offset = batch_size, wall_offset
+        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
+
+    def tick(self, updates: int) -> float:
+        now = time.time()
+        if self.timed_from is None:
+            self.timed_from, self.timed_steps = now, 0
+        else:
+            self.timed_steps += updates * self.batch_size
+        if self.timed_steps:
+            return self.timed_steps / (now - self.timed_from)
+        return updates * self.batch_size / (now - self.start)
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.start
+
+    def final_sps(self, steps_taken: int) -> tuple:
+        """(SPS after the first chunk, SPS with it) of this process's steps."""
+        with_warmup = steps_taken / max(time.time() - self.start, 1e-9)
+        if self.timed_from and self.timed_steps:
+            return self.timed_steps / (time.time() - self.timed_from), with_warmup
+        return with_warmup, with_warmup
+
+
+def open_run(args, scaling: dict, ckpt, start_iteration: int):
+    """The run directory (--resume: the checkpoint's) with config.json, and its logger."""
+    if args.resume:
+        run_dir = ckpt["run_dir"]
+    else:
+        run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
+              "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
+              "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
+    return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration if args.resume else 0)
+
+
+def save_run_checkpoint(run_dir: str, args, iteration: int, wall_time: float, runner: RunnerState) -> None:
+    """latest.ckpt: the whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves."""
+    save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+        "script": SCRIPT, "signature": signature(args), "iteration": iteration,
+        "global_step": iteration * args.batch_size, "wall_time": wall_time, "run_dir": run_dir,
+        "args": dataclasses.asdict(args), "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
+
+
+def first_bad_update(stats: np.ndarray, runner: RunnerState, updates: int) -> Optional[int]:
+    """The index of the chunk's first update with a non-finite loss (the last one if only the parameters are not
+    finite), or None (SPEC §6)."""
+    params_ok = all(np.isfinite(x).all() for x in jax.device_get(jax.tree.leaves(runner.train.params)))
+    finite_rows = np.isfinite(stats[:updates, :7]).all(axis=1)
+    if not finite_rows.all():
+        return int(np.argmin(finite_rows))
+    return None if params_ok else updates - 1
+
+
+def log_update(logger, args, scaling: dict, iteration: int, stats: np.ndarray, episodes: Episodes, sps: float,
+               diagnostics) -> None:
+    """One update's rows: its finished episodes, then CleanRL's charts and losses (and the diagnostics if probed)."""
+    step = iteration * args.batch_size
+    ended = np.flatnonzero(episodes.done.ravel())
+    for ret, length in zip(episodes.ep_return.ravel()[ended], episodes.ep_length.ravel()[ended]):
+        logger.log(step, iteration, {"charts/episodic_return": ret, "charts/episodic_length": length})
+    lr = scaling["learning_rate"]
+    if args.anneal_lr:
+        lr = lr * (1.0 - (iteration - 1.0) / args.num_iterations)
+    scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
+    scalars.update({name: stats[j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
+    if len(ended):
+        scalars["charts/train_solve_rate"] = float(np.mean(episodes.solved.ravel()[ended]))
+    if diagnostics is not None:
+        diag, seq, ref = diagnostics
+        scalars.update(diag)
+        if args.kl_profile:
+            logger.log_profile({"global_step": step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref})
+    logger.log(step, iteration, scalars)
+
+
+def evaluate_and_log(train: Train, args, logger, iteration: int, params) -> dict:
+    """charts/solve_rate over every task, sampled and greedy, on one device, from its own key stream (evaluation
+    never draws from training's)."""
+    key = jax.random.fold_in(jax.random.PRNGKey(args.seed + 7919), iteration)
+    params = jax.device_put(params, jax.devices()[0])
+    result = jax.device_get(train.evaluate(train.eval_tasks, params, key, attempts=args.eval_attempts))
+    scalars = {"charts/solve_rate": result.solve_rate, "charts/solve_rate_greedy": result.solve_rate_greedy,
+               "charts/eval_return": result.eval_return, "charts/eval_return_greedy": result.eval_return_greedy}
+    if args.eval_attempts * args.num_tasks > 1:  # a standard error needs two episodes
+        scalars.update({"charts/solve_rate_se": result.solve_rate_se, "charts/eval_return_se": result.eval_return_se})
+    logger.log(iteration * args.batch_size, iteration, scalars)
+    return scalars
+
+
+def finish_run(train: Train, args, logger, status: str, iteration: int, start_iteration: int, clock: ChunkClock,
+               runner: RunnerState) -> None:
+    """summary.json; a finished run is also checkpointed, evaluated and (--save-model) saved."""
+    final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
+    summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
+               "SPS_with_warmup": sps_with_warmup}
+    if status == "finished":
+        save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner)
+        last_eval = evaluate_and_log(train, args, logger, iteration, runner.train.params)
+        summary["solve_rate"] = float(last_eval["charts/solve_rate"])
+        summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
+        if "charts/solve_rate_se" in last_eval:
+            summary["solve_rate_se"] = float(last_eval["charts/solve_rate_se"])
+        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled "
+              f"(SE {summary.get('solve_rate_se', float('nan')):.4f}, --eval-attempts {args.eval_attempts}), "
+              f"{summary['solve_rate_greedy']:.4f} greedy")
+        if args.save_model:
+            model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
+            atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))
+            summary["model_path"] = model_path
+            print(f"model saved to {model_path}")
+    logger.close(summary)
+    print(f"SPS: {final_sps:.0f} (with warm-up: {sps_with_warmup:.0f}); run directory: {logger.run_dir}")
+    if status == "interrupted":
+        print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
+
+
+def main():
+    args, scaling, ckpt = read_args()
+    print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}"
+          + f", eval_attempts={args.eval_attempts}, devices={jax.device_count()}")
+
+    # Tasks, agent and the jitted pieces; the hyperparameters a sweep changes are traced values
+    t0 = time.time()
+    train = make_train(args)
+    hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
+                  ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
+    runner = initial_runner(train, args, ckpt)
+    probe = train.empty_probe(runner.train.params)
+    print(f"{args.num_tasks} tasks and the agent built in {time.time() - t0:.1f}s")
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    logger = open_run(args, scaling, ckpt, start_iteration)
+    stop = StopFlag()
+    clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0)
+    status, iteration = "finished", start_iteration
+
+    while iteration < args.num_iterations:
+        # A jitted chunk of updates, each: rollout, GAE, epochs x minibatches of the PPO(-EWMA) loss, theta_prox
+        # following theta (B26 §2.2); on a diagnostics iteration the chunk's last update is probed
+        end = next_stop(iteration, args)
+        n = end - iteration
+        diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
+        runner, probe, stats, episodes = train.train_chunk(hyper, train.tasks, runner, probe, n, n - 1 if diag_at else -1)
+        stats, episodes = jax.device_get((stats, episodes))
+        bad = first_bad_update(stats, runner, n)
+        sps = clock.tick(n)
+
+        # Log every good update: its episodes, losses and (probed) diagnostics
+        for i in range(n if bad is None else bad):
+            it = iteration + i + 1
+            diagnostics = None
+            if it == diag_at:
+                diagnostics = compute_diagnostics(train.network, probe, runner.train, args.batch_size, stats[i, 6])
+            log_update(logger, args, scaling, it, stats[i], jax.tree.map(lambda x: x[i], episodes), sps, diagnostics)
+        if bad is not None:  # non-finite loss or parameters: stop, keep the last good checkpoint
+            print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
+                  "is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+        iteration = end
+
+        # Evaluate the solve rate over every task; checkpoint; stop at a safe point on SIGINT/SIGTERM
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
+            evaluate_and_log(train, args, logger, iteration, runner.train.params)
+        logger.progress(iteration * args.batch_size, sps)
+        if stop.signum:
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner)
+        logger.flush()
+        if status == "interrupted":
+            break
+
+    finish_run(train, args, logger, status, iteration, start_iteration, clock, runner)
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+# ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
 # >>> shared:errors
 class UsageError(Exception):
     """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
@@ -172,6 +1019,7 @@ def check_finite_floats(args) -> None:
         if isinstance(value, float):
             check(math.isfinite(value), f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
 # <<< shared:errors
+
 
 # >>> shared:scaling
 def default_of(args, name: str):
@@ -250,6 +1098,7 @@ def describe_scaling(scaling: dict, args) -> str:
     return "resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items() if k not in hidden)
 # <<< shared:scaling
 
+
 # >>> shared:ppo-flags
 def check_ppo_flags(args) -> None:
     """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
@@ -264,6 +1113,7 @@ def check_ppo_flags(args) -> None:
     check(args.target_kl is None or args.target_kl > 0,
           f"--target-kl must be > 0 (got {args.target_kl}); leave it out to never stop an update early")
 # <<< shared:ppo-flags
+
 
 # >>> shared:rundir
 def package_versions() -> dict:
@@ -430,6 +1280,7 @@ class StopFlag:
         print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
 # <<< shared:rundir
 
+
 # >>> shared:checkpoint
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
@@ -468,6 +1319,7 @@ def as_flag(key: str, value) -> str:
         return f"--{name} {' '.join(map(str, value))}" if value else f"no --{name}"
     return f"--{name} {value}"
 # <<< shared:checkpoint
+
 
 # >>> shared:diagnostics
 def categorical_kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
@@ -532,846 +1384,6 @@ def kl_profile(kl_between) -> tuple:
     return seq, ref
 
 # <<< shared:diagnostics
-
-def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
-    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
-    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Environment: a fixed set of generated tasks, replayed by resetting to a stored level
-# ---------------------------------------------------------------------------------------------------------
-# Only "l": kinetix's locomotion generator needs a body, two legs and two ankles beyond the 4 fixed polygons (the s and
-# m scenes have 1 and 2 free polygons, and the generator fails on them with a negative array size).
-ENV_SIZES = {"Jax2D-Locomotion-l": "l"}
-
-
-def make_env(env_id: str):
-    """Symbolic-flat observations (an MLP's input, B26 App. A) and multi-discrete motor/thruster actions."""
-    from kinetix.environment.env import make_kinetix_env
-    from kinetix.environment.env_state import EnvParams
-    from kinetix.environment.spaces import ActionType, ObservationType
-    from kinetix.environment.utils import static_env_params_from_size
-    static_params = static_env_params_from_size(ENV_SIZES[env_id])
-    env_params = EnvParams()
-    env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params,
-                           static_params, auto_reset=False)
-    return env, env_params, static_params
-
-
-class Tasks(struct.PyTreeNode):
-    states: Any  # EnvState with a leading [num_tasks] axis: the level each task resets to
-    obs: jnp.ndarray  # [num_tasks, obs_dim] observation of each stored level
-
-
-def generate_tasks(env, env_params, static_params, task_seed: int, num_tasks: int) -> Tasks:
-    """Task i = the locomotion generator at fold_in(PRNGKey(task_seed), i): fixed, and prefix-stable."""
-    from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level
-
-    def one(i):
-        level = sample_locomotion_level(jax.random.fold_in(jax.random.PRNGKey(task_seed), i), env_params, static_params)
-        return level, env.get_obs(level)
-    states, obs = jax.jit(jax.vmap(one))(jnp.arange(num_tasks))
-    return Tasks(states=states, obs=obs)
-
-
-def action_layout(env, env_params):
-    """Choices per action dimension (3 per motor, 2 per thruster) and the [D, A] mask of valid choices."""
-    dims = np.asarray(env.action_space(env_params).number_of_dims_per_distribution)
-    mask = np.arange(dims.max())[None, :] < dims[:, None]
-    return dims, mask
-
-
-def tree_select(cond, on_true, on_false):
-    """Per-env select between two batched pytrees (cond: [N])."""
-    return jax.tree.map(lambda a, b: jnp.where(cond.reshape(cond.shape + (1,) * (a.ndim - 1)), a, b), on_true, on_false)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Agent: separate actor and critic MLPs (B26 App. A: 3 layers of width 256)
-# ---------------------------------------------------------------------------------------------------------
-class MLP(nn.Module):
-    hidden_size: int
-    num_layers: int
-    out_size: int
-    out_scale: float
-
-    @nn.compact
-    def __call__(self, x):
-        hidden = []
-        for _ in range(self.num_layers):
-            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-            hidden.append(x)
-        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
-
-
-class ActorCritic(nn.Module):
-    action_mask: Any  # numpy [D, A] bool
-    hidden_size: int
-    num_layers: int
-
-    @nn.compact
-    def __call__(self, obs):
-        """obs [..., O] -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
-        d, a = self.action_mask.shape
-        logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(obs)
-        value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(obs)
-        logits = jnp.where(self.action_mask, logits.reshape(obs.shape[:-1] + (d, a)), -1e9)
-        return logits, value[..., 0], actor_hidden, critic_hidden
-
-
-def log_prob(logits, actions):
-    """Multi-discrete log-probability: the sum over action dimensions."""
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    return jnp.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0].sum(-1)
-
-
-def entropy(logits):
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    return -(jnp.exp(logp_all) * logp_all).sum((-2, -1))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# State: named pytrees instead of positional tuples
-# ---------------------------------------------------------------------------------------------------------
-class TrainState(struct.PyTreeNode):
-    params: Any
-    opt_state: Any
-    prox_params: Any  # theta_prox, the EWMA of theta (B26 §2.2); equal to params when --ewma-com 0
-
-
-class EnvBatch(struct.PyTreeNode):
-    state: Any  # EnvState [N]
-    obs: jnp.ndarray  # [N, O]
-    ep_return: jnp.ndarray  # [N] return of the running episode
-    ep_length: jnp.ndarray  # [N]
-
-
-class RunnerState(struct.PyTreeNode):
-    train: TrainState
-    envs: EnvBatch
-    key: jnp.ndarray  # the training RNG stream (diagnostics and evaluation never draw from it)
-
-
-class Transition(NamedTuple):
-    obs: jnp.ndarray
-    action: jnp.ndarray
-    logp: jnp.ndarray
-    value: jnp.ndarray
-    reward: jnp.ndarray
-    done: jnp.ndarray  # the episode ended after this step
-    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN: no bootstrap (a time limit bootstraps)
-    next_value: jnp.ndarray  # V(true next observation), used only when the episode was truncated
-
-
-class Episodes(NamedTuple):
-    done: jnp.ndarray  # [T, N]
-    ep_return: jnp.ndarray
-    ep_length: jnp.ndarray
-    solved: jnp.ndarray  # the episode ended touching the goal
-
-
-class Probe(struct.PyTreeNode):
-    """What the diagnostics need from one update, filled only when that update is probed (lax.cond)."""
-    params_before: Any
-    first_grad: jnp.ndarray  # flat first-minibatch gradient
-    logits: jnp.ndarray  # [J+1, S, D, A]: pi_0 (behavior) ... pi_J on the fixed state set S
-    obs: jnp.ndarray  # [S, O]
-    actions: jnp.ndarray  # [S, D]
-    steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
-
-
-class Hyper(struct.PyTreeNode):
-    """Hyperparameters passed as traced values: changing them (a COM or epsilon sweep, a reload with
-    another COM) reuses the compiled program."""
-    clip_coef: jnp.ndarray
-    ewma_com: jnp.ndarray
-    ent_coef: jnp.ndarray
-    vf_coef: jnp.ndarray
-
-
-class Setup(NamedTuple):
-    """Static configuration closed over by the jitted functions."""
-    env: Any
-    env_params: Any
-    network: ActorCritic
-    optimizer: Any
-    mesh: Mesh
-    num_envs: int
-    num_steps: int
-    num_tasks: int
-    num_minibatches: int
-    update_epochs: int
-    gamma: float
-    gae_lambda: float
-    clip_vloss: bool
-    norm_adv: bool
-    use_ewma: bool  # --ewma-com > 0: B26 eq. 4 with theta_prox; else plain PPO
-    imp_samp_max: float
-    target_kl: Optional[float]
-    probe_index: np.ndarray  # indices of the diagnostic states in the flattened batch
-    max_timesteps: int
-
-
-def shard_envs(setup: Setup, tree):
-    """SPEC §7: the env axis is split over all devices; everything else is replicated."""
-    spec = NamedSharding(setup.mesh, P("envs"))
-    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
-
-
-def runner_shardings(setup: Setup, runner: RunnerState):
-    sharded, replicated = NamedSharding(setup.mesh, P("envs")), NamedSharding(setup.mesh, P())
-    return RunnerState(train=jax.tree.map(lambda _: replicated, runner.train),
-                       envs=jax.tree.map(lambda _: sharded, runner.envs), key=replicated)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Rollout
-# ---------------------------------------------------------------------------------------------------------
-def env_step(setup: Setup, tasks: Tasks, envs: EnvBatch, action, reset_key):
-    """Step every env; an ended episode resets to a task drawn uniformly from the stored set."""
-    obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
-        None, envs.state, action, setup.env_params)
-    solved = done & info["GoalR"]
-    terminated = done & ((state.timestep < setup.max_timesteps) | solved)
-    ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
-    idx = jax.random.randint(reset_key, (setup.num_envs,), 0, setup.num_tasks)
-    reset_state = jax.tree.map(lambda x: x[idx], tasks.states)
-    new_envs = EnvBatch(state=tree_select(done, reset_state, state), obs=jnp.where(done[:, None], tasks.obs[idx], obs),
-                        ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
-    episodes = Episodes(done=done, ep_return=ep_return, ep_length=ep_length, solved=solved)
-    return shard_envs(setup, new_envs), obs, reward, done, terminated, episodes
-
-
-def rollout_step(setup: Setup, tasks: Tasks, params, envs: EnvBatch, key):
-    key_action, key_reset = jax.random.split(key)
-    logits, value, _, _ = setup.network.apply(params, envs.obs)
-    action = jax.random.categorical(key_action, logits)
-    new_envs, true_next_obs, reward, done, terminated, episodes = env_step(setup, tasks, envs, action, key_reset)
-    _, next_value, _, _ = setup.network.apply(params, true_next_obs)  # bootstraps a time-limit truncation
-    transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
-                            done=done, terminated=terminated, next_value=next_value)
-    return new_envs, (transition, episodes)
-
-
-def collect_rollout(setup: Setup, tasks: Tasks, params, envs: EnvBatch, key):
-    keys = jax.random.split(key, setup.num_steps)
-    step = functools.partial(rollout_step, setup, tasks, params)
-    return jax.lax.scan(step, envs, keys)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Advantages
-# ---------------------------------------------------------------------------------------------------------
-def gae_step(gamma: float, lam: float, carry, t: Transition):
-    """GAE (Schulman et al. 2016) backwards in time; a truncated episode bootstraps from V(true next obs)."""
-    next_adv, next_value = carry
-    v_next = jnp.where(t.done, jnp.where(t.terminated, 0.0, t.next_value), next_value)
-    delta = t.reward + gamma * v_next - t.value
-    adv = delta + gamma * lam * (1.0 - t.done) * next_adv
-    return (adv, t.value), adv
-
-
-def compute_gae(traj: Transition, last_value, gamma: float, lam: float):
-    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam), (jnp.zeros_like(last_value), last_value),
-                                 traj, reverse=True)
-    return advantages, advantages + traj.value
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loss and update
-# ---------------------------------------------------------------------------------------------------------
-def ewma_update(prox_params, params, com: float):
-    """B26 §2.2: theta_prox <- beta theta_prox + (1 - beta) theta, beta = C / (C + 1) (footnote 1)."""
-    beta = com / (com + 1.0)
-    return jax.tree.map(lambda q, p: beta * q + (1.0 - beta) * p, prox_params, params)
-
-
-def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: float, imp_samp_max: float):
-    """B26 eq. 4 per sample: pi_prox/pi_behavior * max(-A r_prox, -A clip(r_prox)). As in Hilton et al.'s code,
-    pi_behavior is raised to pi/imp_samp_max so that pi/pi_behavior <= imp_samp_max (no gradient through it).
-    With pi_prox = pi_behavior and no truncation this is CleanRL's PPO loss, bit for bit."""
-    logp_adj = behavior_logp
-    if imp_samp_max > 0:
-        logp_adj = jnp.maximum(behavior_logp, jax.lax.stop_gradient(newlogp) - math.log(imp_samp_max))
-    ratio = jnp.exp(newlogp - prox_logp)
-    weight = jnp.exp(prox_logp - logp_adj)
-    return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
-
-
-class Batch(NamedTuple):
-    obs: jnp.ndarray
-    action: jnp.ndarray
-    logp: jnp.ndarray
-    advantages: jnp.ndarray
-    returns: jnp.ndarray
-    value: jnp.ndarray
-
-
-def ppo_loss(setup: Setup, hyper: Hyper, params, prox_params, mb: Batch):
-    """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox."""
-    logits, newvalue, _, _ = setup.network.apply(params, mb.obs)
-    newlogp = log_prob(logits, mb.action)
-    logratio = newlogp - mb.logp
-    ratio = jnp.exp(logratio)
-    advantages = mb.advantages
-    if setup.norm_adv:
-        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
-    if setup.use_ewma:
-        prox_logits, _, _, _ = setup.network.apply(prox_params, mb.obs)
-        prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
-        pg_loss = decoupled_pg_loss(newlogp, prox_logp, mb.logp, advantages, hyper.clip_coef, setup.imp_samp_max).mean()
-        clip_ratio = jnp.exp(newlogp - prox_logp)
-    else:  # plain PPO: the behavior policy is also the proximal one, nothing to truncate
-        pg_loss = decoupled_pg_loss(newlogp, mb.logp, mb.logp, advantages, hyper.clip_coef, 0.0).mean()
-        clip_ratio = ratio
-    if setup.clip_vloss:
-        v_clipped = mb.value + jnp.clip(newvalue - mb.value, -hyper.clip_coef, hyper.clip_coef)
-        v_loss = 0.5 * jnp.maximum((newvalue - mb.returns) ** 2, (v_clipped - mb.returns) ** 2).mean()
-    else:
-        v_loss = 0.5 * ((newvalue - mb.returns) ** 2).mean()
-    entropy_loss = entropy(logits).mean()
-    loss = pg_loss - hyper.ent_coef * entropy_loss + v_loss * hyper.vf_coef
-    stats = jnp.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(), ((ratio - 1) - logratio).mean(),
-                       (jnp.abs(clip_ratio - 1.0) > hyper.clip_coef).mean()])
-    return loss, jax.lax.stop_gradient(stats)
-
-
-class UpdateCarry(struct.PyTreeNode):
-    train: TrainState
-    probe: Probe
-    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
-    steps: jnp.ndarray
-    stopped: jnp.ndarray  # --target-kl ended the epochs
-
-
-def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
-    train = carry.train
-    (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, setup, hyper), has_aux=True)(
-        train.params, train.prox_params, mb)
-    grad_norm = optax.global_norm(grads)
-    updates, opt_state = setup.optimizer.update(grads, train.opt_state, train.params)
-    params = optax.apply_updates(train.params, updates)
-    new_train = TrainState(params=params, opt_state=opt_state, prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
-    probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
-                         carry.probe, carry.steps, grads, params)
-    new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
-                      steps=carry.steps + 1, stopped=carry.stopped)
-    return new, stats
-
-
-def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
-    def run(carry):
-        n = batch.obs.shape[0]
-        perm = jax.random.permutation(key, n).reshape(setup.num_minibatches, -1)
-        minibatches = jax.tree.map(lambda x: x[perm], batch)
-        carry, stats = jax.lax.scan(functools.partial(minibatch_step, setup, hyper, probe_on), carry, minibatches)
-        stopped = stats[-1, 4] > setup.target_kl if setup.target_kl is not None else carry.stopped
-        return carry.replace(stopped=stopped)
-    return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
-
-
-def update_iteration(setup: Setup, hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe, probe_on):
-    """One PPO iteration: rollout, GAE, update_epochs x num_minibatches steps."""
-    key, key_rollout, key_update = jax.random.split(runner.key, 3)
-    params = runner.train.params
-    envs, (traj, episodes) = collect_rollout(setup, tasks, params, runner.envs, key_rollout)
-    _, last_value, _, _ = setup.network.apply(params, envs.obs)
-    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda)
-    batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
-                         Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value))
-    probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
-    carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
-                        stopped=jnp.zeros((), bool))
-    keys = jax.random.split(key_update, setup.update_epochs)
-    carry, _ = jax.lax.scan(functools.partial(update_epoch, setup, hyper, batch, probe_on), carry, keys)
-    var_y = jnp.var(batch.returns)
-    explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
-    stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
-    return RunnerState(train=carry.train, envs=envs, key=key), carry.probe, stats, episodes
-
-
-def train_chunk(setup: Setup, max_updates: int, hyper: Hyper, tasks: Tasks, runner: RunnerState, probe: Probe,
-                num_updates, probe_at):
-    """Run num_updates (<= max_updates, dynamic: one compiled program for every chunk length) updates;
-    the update at index probe_at (-1: none) fills the probe. Returns per-update stats and episodes."""
-    stats_buf = jnp.full((max_updates, 8), jnp.nan)
-    shape = (max_updates, setup.num_steps, setup.num_envs)
-    episodes_buf = Episodes(jnp.zeros(shape, bool), jnp.zeros(shape), jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool))
-
-    def body(i, carry):
-        runner, probe, stats_buf, episodes_buf = carry
-        runner, probe, stats, episodes = update_iteration(setup, hyper, tasks, runner, probe, i == probe_at)
-        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episodes)
-        return runner, probe, stats_buf.at[i].set(stats), episodes_buf
-
-    return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): recorded inside the update behind lax.cond, read-only, no training RNG draws
-# ---------------------------------------------------------------------------------------------------------
-def empty_probe(setup: Setup, params, obs_dim: int, num_diag: int) -> Probe:
-    d, a = setup.network.action_mask.shape
-    num_policies = setup.update_epochs * setup.num_minibatches + 1
-    flat, _ = ravel_pytree(params)
-    return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
-                 logits=jnp.zeros((num_policies, num_diag, d, a)), obs=jnp.zeros((num_diag, obs_dim)),
-                 actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
-
-
-def start_probe(setup: Setup, probe: Probe, params, batch: Batch) -> Probe:
-    obs, actions = batch.obs[setup.probe_index], batch.action[setup.probe_index]
-    logits, _, _, _ = setup.network.apply(params, obs)
-    return probe.replace(params_before=params, obs=obs, actions=actions, logits=probe.logits.at[0].set(logits),
-                         steps=jnp.zeros((), jnp.int32))
-
-
-def record_probe_step(setup: Setup, probe: Probe, step, grads, params) -> Probe:
-    first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
-    logits, _, _, _ = setup.network.apply(params, probe.obs)
-    return probe.replace(first_grad=first_grad, logits=probe.logits.at[step + 1].set(logits), steps=step + 1)
-
-
-def log_softmax64(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-class PolicyKL:
-    """kl_between(i, j) = per-state KL(pi_i || pi_j), summed over the action dimensions (for kl_profile)."""
-
-    def __init__(self, logps):
-        self.logps = logps
-        self.num_policies = len(logps)
-
-    def __call__(self, i, j):
-        return categorical_kl(self.logps[i], self.logps[j]).sum(-1)
-
-
-def flat_params(params) -> np.ndarray:
-    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(params)])
-
-
-def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
-    probe = jax.device_get(probe)
-    mask = np.asarray(setup.network.action_mask)
-    steps = int(probe.steps)
-    logps = [log_softmax64(probe.logits[j]) for j in range(steps + 1)]
-    kl = PolicyKL(logps)
-    seq, ref = kl_profile(kl)
-    kl_behavior = float(np.mean(kl(0, steps)))
-    after, behavior = logps[-1], logps[0]
-    taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
-    apply = jax.jit(setup.network.apply)  # a small MLP forward pass
-    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
-    params_after = flat_params(train.params)
-    out = {
-        "diagnostics/kl_behavior": kl_behavior,
-        "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
-        "diagnostics/kl_prox": float(np.mean(categorical_kl(log_softmax64(np.asarray(prox_logits)), after).sum(-1))),
-        "diagnostics/seq_kl_mean": float(np.mean(seq)),
-        "diagnostics/ref_kl_mean": float(np.mean(ref)),
-        "diagnostics/update_size": float(np.linalg.norm(params_after - flat_params(probe.params_before))),
-        "diagnostics/grad_norm": float(grad_norm),
-        "diagnostics/grad_kurtosis": log_grad_kurtosis(np.asarray(probe.first_grad)),
-        "diagnostics/ess_pct": ess_pct(taken),
-        "diagnostics/policy_variance": policy_variance(np.exp(after)[:, mask]),
-        "diagnostics/weight_norm": float(np.linalg.norm(params_after)),
-        "diagnostics/actor_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["actor"]))),
-        "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["critic"]))),
-    }
-    for prefix, hidden in (("", actor_h), ("critic_", critic_h)):
-        hidden = [np.asarray(h, np.float64) for h in hidden]
-        rank, srank = feature_ranks(hidden[-1])
-        dormant = dormant_fractions(hidden)
-        out[f"diagnostics/{prefix}feature_rank"] = rank
-        out[f"diagnostics/{prefix}srank"] = srank
-        out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
-        out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
-        out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-    return out, seq, ref
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Evaluation: the solve rate over every task, with sampled and greedy actions (B26 §3)
-# ---------------------------------------------------------------------------------------------------------
-class EvalCarry(NamedTuple):
-    state: Any
-    obs: jnp.ndarray
-    finished: jnp.ndarray
-    solved: jnp.ndarray
-    ep_return: jnp.ndarray
-    keys: jnp.ndarray  # [K] one RNG stream per sampled attempt
-    t: jnp.ndarray
-
-
-class EvalResult(NamedTuple):
-    solve_rate: jnp.ndarray  # mean over the K x tasks sampled episodes
-    solve_rate_se: jnp.ndarray  # its standard error across those episodes
-    solve_rate_greedy: jnp.ndarray
-    eval_return: jnp.ndarray
-    eval_return_se: jnp.ndarray
-    eval_return_greedy: jnp.ndarray
-    solved: jnp.ndarray  # [K + 1, tasks] per episode: the K sampled attempts, then the greedy one
-    ep_return: jnp.ndarray
-
-
-def default_eval_attempts(num_tasks: int) -> int:
-    """Enough attempts that the worst-case (p = 1/2) SE 0.5/sqrt(tasks x K) is <= 0.02, i.e. tasks x K >= 625."""
-    return -(-625 // num_tasks)  # 625 = (0.5 / 0.02)^2
-
-
-def attempt_keys(key, attempts: int):
-    """Attempt 0 draws from the evaluation key itself, so K = 1 is the one-episode evaluation of earlier runs."""
-    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(attempts)).at[0].set(key)
-
-
-def eval_step(setup: Setup, params, attempts: int, carry: EvalCarry) -> EvalCarry:
-    keys, keys_action = jnp.moveaxis(jax.vmap(jax.random.split)(carry.keys), 1, 0)
-    logits, _, _, _ = setup.network.apply(params, carry.obs)  # [(K + 1) x tasks, D, A]
-    sampled = logits[:attempts * setup.num_tasks].reshape((attempts, setup.num_tasks) + logits.shape[1:])
-    # a draw's first rows do not depend on its length (partitionable threefry): attempt 0 = the old [2 x tasks] draw
-    sampled = jax.vmap(jax.random.categorical)(keys_action, sampled).reshape((-1,) + logits.shape[1:2])
-    action = jnp.concatenate([sampled, jnp.argmax(logits[attempts * setup.num_tasks:], -1)])
-    obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
-        None, carry.state, action, setup.env_params)
-    live = ~carry.finished
-    return EvalCarry(state=state, obs=obs, finished=carry.finished | done, solved=carry.solved | (live & done & info["GoalR"]),
-                     ep_return=carry.ep_return + jnp.where(live, reward, 0.0), keys=keys, t=carry.t + 1)
-
-
-def standard_error(x):
-    """Sample standard deviation (ddof 1) over the episodes / sqrt(episodes): nan for a single episode."""
-    return x.std(ddof=1) / jnp.sqrt(x.size)
-
-
-def summarise_eval(solved, ep_return) -> EvalResult:
-    """solved, ep_return: [K + 1, tasks], the last row greedy. Greedy play is deterministic, so it has no SE."""
-    sampled, sampled_return = solved[:-1].ravel().astype(jnp.float32), ep_return[:-1].ravel()
-    return EvalResult(solve_rate=sampled.mean(), solve_rate_se=standard_error(sampled),
-                      solve_rate_greedy=solved[-1].mean(), eval_return=sampled_return.mean(),
-                      eval_return_se=standard_error(sampled_return), eval_return_greedy=ep_return[-1].mean(),
-                      solved=solved, ep_return=ep_return)
-
-
-def evaluate(setup: Setup, tasks: Tasks, params, key, attempts: int) -> EvalResult:
-    """Each task `attempts` times with sampled actions and once greedily, in one batch, until every episode ended."""
-    copies = attempts + 1
-    envs = jax.tree.map(lambda x: jnp.concatenate([x] * copies), tasks)
-    size = copies * setup.num_tasks
-    carry = EvalCarry(state=envs.states, obs=envs.obs, finished=jnp.zeros(size, bool), solved=jnp.zeros(size, bool),
-                      ep_return=jnp.zeros(size), keys=attempt_keys(key, attempts), t=jnp.zeros((), jnp.int32))
-    carry = jax.lax.while_loop(lambda c: (c.t < setup.max_timesteps + 1) & ~c.finished.all(),
-                               functools.partial(eval_step, setup, params, attempts), carry)
-    return summarise_eval(carry.solved.reshape(copies, -1), carry.ep_return.reshape(copies, -1))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
-# ---------------------------------------------------------------------------------------------------------
-SCRIPT = "ppo_ewma_jax2d"
-STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
-              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
-
-
-def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
-    check_finite_floats(args)
-    check(args.env_id in ENV_SIZES, f"--env-id {args.env_id!r} is not one of {', '.join(ENV_SIZES)}")
-    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
-    check_ppo_flags(args)
-    check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
-    check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
-    check(args.num_tasks >= 1, f"--num-tasks must be >= 1 (got {args.num_tasks})")
-    check(args.task_seed >= 0, f"--task-seed must be >= 0 (got {args.task_seed})")
-    check(args.hidden_size >= 1, f"--hidden-size must be >= 1 (got {args.hidden_size})")
-    check(args.num_hidden_layers >= 1, f"--num-hidden-layers must be >= 1 (got {args.num_hidden_layers})")
-    check(args.eval_every >= 0, f"--eval-every must be >= 0 (got {args.eval_every})")
-    check(args.eval_attempts is None or args.eval_attempts >= 1, f"--eval-attempts must be >= 1 (got {args.eval_attempts})")
-    check(args.updates_per_chunk >= 1, f"--updates-per-chunk must be >= 1 (got {args.updates_per_chunk})")
-    check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
-    check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
-    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
-    check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
-    check(not (args.resume and args.init_from), "--resume and --init-from exclude each other; pass only one")
-    scaling = resolve_scaling(args)
-    devices = jax.device_count()
-    check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
-    return scaling
-
-
-def apply_scaling(args, scaling: dict) -> None:
-    """Write the resolved batch, minibatches, learning rate and evaluation attempts into args (what the run uses)."""
-    args.batch_size = scaling["batch_size"]
-    args.minibatch_size_resolved = scaling["minibatch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.eval_attempts is None:
-        args.eval_attempts = default_eval_attempts(args.num_tasks)
-
-
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the task set). Not --eval-attempts:
-    the evaluation draws from its own key and never changes training, so a resumed run may evaluate with another K."""
-    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_tasks": args.num_tasks, "task_seed": args.task_seed,
-            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers}
-
-
-def next_stop(iteration: int, args) -> int:
-    """The next iteration after which the host has something to do (log events, checkpoint, end)."""
-    stops = [args.num_iterations, iteration + args.updates_per_chunk]
-    for every in (args.eval_every, args.diagnostics_every, args.checkpoint_every):
-        if every:
-            stops.append((iteration // every + 1) * every)
-    return min(stops)
-
-
-class BuildConfig(NamedTuple):
-    """Everything the compiled programs depend on (hashable: equal configs share programs in one process)."""
-    env_id: str
-    task_seed: int
-    num_tasks: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_envs: int
-    num_steps: int
-    num_minibatches: int
-    batch_size: int
-    update_epochs: int
-    gamma: float
-    gae_lambda: float
-    clip_vloss: bool
-    norm_adv: bool
-    use_ewma: bool
-    imp_samp_max: float
-    target_kl: Optional[float]
-    diagnostics_states: int
-    updates_per_chunk: int
-    learning_rate: float
-    anneal_lr: bool
-    anneal_iterations: int
-    max_grad_norm: float
-    devices: int
-
-
-def build_config(args) -> BuildConfig:
-    return BuildConfig(
-        env_id=args.env_id, task_seed=args.task_seed, num_tasks=args.num_tasks, hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers, num_envs=args.num_envs, num_steps=args.num_steps,
-        num_minibatches=args.num_minibatches, batch_size=args.batch_size, update_epochs=args.update_epochs,
-        gamma=args.gamma, gae_lambda=args.gae_lambda, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
-        use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
-        target_kl=args.target_kl, diagnostics_states=args.diagnostics_states, updates_per_chunk=args.updates_per_chunk,
-        learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
-        anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
-        devices=jax.device_count())
-
-
-@functools.lru_cache(maxsize=2)
-def build(cfg: BuildConfig):
-    """Envs, tasks, network, optimizer and the jitted programs."""
-    env, env_params, static_params = make_env(cfg.env_id)
-    _, mask = action_layout(env, env_params)
-    network = ActorCritic(action_mask=mask, hidden_size=cfg.hidden_size, num_layers=cfg.num_hidden_layers)
-    schedule = cfg.learning_rate
-    if cfg.anneal_lr:  # CleanRL: linear to zero, constant within an iteration
-        steps_per_iteration = cfg.update_epochs * cfg.num_minibatches
-        def schedule(count):
-            return cfg.learning_rate * (1.0 - (count // steps_per_iteration) / cfg.anneal_iterations)
-    optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(schedule, eps=1e-5))
-    mesh = Mesh(np.array(jax.devices()), ("envs",))
-    setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
-                  num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_tasks=cfg.num_tasks,
-                  num_minibatches=cfg.num_minibatches, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
-                  gae_lambda=cfg.gae_lambda, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
-                  imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
-                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),
-                  max_timesteps=int(env_params.max_timesteps))
-    tasks = generate_tasks(env, env_params, static_params, cfg.task_seed, cfg.num_tasks)
-    tasks = jax.device_put(tasks, NamedSharding(mesh, P()))
-    chunk = jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))
-    evaluate_jit = jax.jit(functools.partial(evaluate, setup), static_argnames="attempts")
-    init_jit = jax.jit(functools.partial(init_runner, setup))  # one compiled program, not hundreds of eager ops
-    return setup, tasks, chunk, evaluate_jit, init_jit
-
-
-def init_runner(setup: Setup, tasks: Tasks, seed) -> RunnerState:
-    key, key_init = jax.random.split(jax.random.PRNGKey(jnp.uint32(seed)))
-    params = setup.network.init(key_init, tasks.obs[:1])
-    idx = jnp.arange(setup.num_envs) % setup.num_tasks  # every task is played from the start
-    envs = EnvBatch(state=jax.tree.map(lambda x: x[idx], tasks.states), obs=tasks.obs[idx],
-                    ep_return=jnp.zeros(setup.num_envs), ep_length=jnp.zeros(setup.num_envs, jnp.int32))
-    train = TrainState(params=params, opt_state=setup.optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
-    return RunnerState(train=train, envs=envs, key=key)
-
-
-def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
-    ref = jax.tree.leaves(template)
-    check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
-                                          for a, b in zip(ref, leaves)),
-          f"{flag}: the checkpoint's state does not match this configuration (network or env shapes)")
-    return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
-
-
-def main():
-    args = tyro.cli(Args)
-    try:
-        scaling = validate(args)
-        source, source_flag = (args.resume, "--resume") if args.resume else (args.init_from, "--init-from")
-        ckpt = load_checkpoint(source, SCRIPT, signature(args), source_flag) if source else None
-        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
-              f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
-              f"{ckpt and ckpt['iteration']}; raise it to continue")
-        check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
-    except UsageError as e:
-        exit_usage(e)
-    apply_scaling(args, scaling)
-    print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}"
-          + f", eval_attempts={args.eval_attempts}, devices={jax.device_count()}")
-
-    # Envs, tasks and agent (seeding: one PRNG key, split into init and the training stream)
-    t0 = time.time()
-    setup, tasks, chunk, evaluate_jit, init_jit = build(build_config(args))
-    hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
-                  ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
-    template = init_jit(tasks, args.seed)
-    start_iteration = ckpt["iteration"] if ckpt else 0
-    if ckpt:
-        try:
-            runner = restore_runner(template, ckpt["runner"], source_flag)
-        except UsageError as e:
-            exit_usage(e)
-        print(f"{'resuming' if args.resume else 'starting from'} {source} at iteration {start_iteration}"
-              + (f" with --ewma-com {args.ewma_com} --clip-coef {args.clip_coef}" if args.init_from else ""))
-    else:
-        runner = template
-    runner = jax.device_put(runner, runner_shardings(setup, runner))
-    probe = empty_probe(setup, runner.train.params, tasks.obs.shape[-1], len(setup.probe_index))
-    print(f"{args.num_tasks} tasks and the agent built in {time.time() - t0:.1f}s")
-
-    eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
-    eval_device = jax.devices()[0]  # a small program: one device, instead of the same work on every device
-    eval_tasks = jax.device_put(tasks, eval_device)
-
-    # Run directory
-    if args.resume:
-        run_dir = ckpt["run_dir"]
-    else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join(args.runs_dir, run_name)
-    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
-              "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
-              "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
-                       start_iteration if args.resume else 0)
-    stop = StopFlag()
-
-    global_step = start_iteration * args.batch_size
-    wall_offset = ckpt["wall_time"] if args.resume else 0.0
-    start_time, timed_steps, timed_from = time.time(), 0, None
-    status, iteration, good_iteration = "finished", start_iteration, start_iteration
-
-    def checkpoint(iteration, runner):
-        save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
-            "script": SCRIPT, "signature": signature(args), "iteration": iteration,
-            "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
-            "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-            "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
-
-    def run_eval(iteration, params):
-        params = jax.device_put(params, eval_device)
-        result = jax.device_get(evaluate_jit(eval_tasks, params, jax.random.fold_in(eval_key, iteration),
-                                             attempts=args.eval_attempts))
-        scalars = {"charts/solve_rate": result.solve_rate, "charts/solve_rate_greedy": result.solve_rate_greedy,
-                   "charts/eval_return": result.eval_return, "charts/eval_return_greedy": result.eval_return_greedy}
-        if args.eval_attempts * args.num_tasks > 1:  # a standard error needs two episodes
-            scalars.update({"charts/solve_rate_se": result.solve_rate_se, "charts/eval_return_se": result.eval_return_se})
-        logger.log(iteration * args.batch_size, iteration, scalars)
-        return scalars
-
-    last_eval = None
-    while iteration < args.num_iterations:
-        end = next_stop(iteration, args)
-        n = end - iteration
-        diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        runner, probe, stats, episodes = chunk(hyper, tasks, runner, probe, n, n - 1 if diag_at else -1)
-        stats, episodes = jax.device_get((stats, episodes))
-        params_ok = all(np.isfinite(x).all() for x in jax.device_get(jax.tree.leaves(runner.train.params)))
-        finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
-        bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)
-
-        now = time.time()
-        if timed_from is None:  # SPS excludes the first chunk (compilation, warm-up)
-            timed_from, timed_steps = now, 0
-        else:
-            timed_steps += n * args.batch_size
-        sps = timed_steps / (now - timed_from) if timed_steps else n * args.batch_size / (now - start_time)
-        for i in range(n if bad is None else bad):
-            it = iteration + i + 1
-            step = it * args.batch_size
-            ended = np.flatnonzero(episodes.done[i].ravel())
-            rets, lens, solved = (episodes.ep_return[i].ravel()[ended], episodes.ep_length[i].ravel()[ended],
-                                  episodes.solved[i].ravel()[ended])
-            for ret, length in zip(rets, lens):
-                logger.log(step, it, {"charts/episodic_return": ret, "charts/episodic_length": length})
-            lr = scaling["learning_rate"] * (1.0 - (it - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
-            scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
-            scalars.update({name: stats[i, j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
-            if len(ended):
-                scalars["charts/train_solve_rate"] = float(np.mean(solved))
-            if diag_at == it:
-                diag, seq, ref = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
-                scalars.update(diag)
-                if args.kl_profile:
-                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref})
-            logger.log(step, it, scalars)
-        if bad is not None:
-            print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
-                  "is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
-            status = "diverged"
-            break
-        iteration, global_step = end, end * args.batch_size
-        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
-            last_eval = run_eval(iteration, runner.train.params)
-        logger.progress(global_step, sps)
-        if stop.signum:
-            status = "interrupted"
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            checkpoint(iteration, runner)
-        logger.flush()
-        if status == "interrupted":
-            break
-
-    elapsed = time.time() - start_time
-    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9)
-    summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
-               "SPS_with_warmup": (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9)}
-    if status == "finished":
-        checkpoint(iteration, runner)
-        last_eval = run_eval(iteration, runner.train.params)
-        summary["solve_rate"] = float(last_eval["charts/solve_rate"])
-        summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
-        if "charts/solve_rate_se" in last_eval:
-            summary["solve_rate_se"] = float(last_eval["charts/solve_rate_se"])
-        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled "
-              f"(SE {summary.get('solve_rate_se', float('nan')):.4f}, --eval-attempts {args.eval_attempts}), "
-              f"{summary['solve_rate_greedy']:.4f} greedy")
-        if args.save_model:
-            model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
-            atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))
-            summary["model_path"] = model_path
-            print(f"model saved to {model_path}")
-    logger.close(summary)
-    print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); run directory: {logger.run_dir}")
-    if status == "interrupted":
-        print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
-    if status == "diverged":
-        sys.exit(3)
-    if status == "interrupted":
-        sys.exit(128 + stop.signum)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,17 @@ tests/golden/<script>.json before the script was restructured, so moving code ar
 
 Every float in metrics.jsonl (losses, charts, diagnostics), kl_profile.jsonl and summary.json is compared for
 equality after a JSON round trip (Python writes floats with repr, so equal text means bit-identical float64).
-Only wall-clock fields (wall_time, SPS) are dropped. The default runs use --no-compile (a compile costs ~30 s per
-run). Measured here: two compiled runs of ppo_atari_envpool in separate processes are bit-identical to each other,
-but differ from the eager run in the last bits (e.g. policy loss -0.000474613 vs -0.000474594), so the compiled
-path has its own golden file, checked by a slow test (pytest -m slow).
+Only wall-clock fields are dropped (wall_time, SPS; sfl_kinetix_jax's filter_seconds and filter_share). The default
+runs use --no-compile (a compile costs ~30 s per run). Measured here: two compiled runs of ppo_atari_envpool in
+separate processes are bit-identical to each other, but differ from the eager run in the last bits (e.g. policy loss
+-0.000474613 vs -0.000474594), so the compiled path has its own golden file, checked by a slow test (pytest -m slow).
+The two JAX scripts run with single-threaded Eigen (a dot split over a thread pool could sum in an order that depends
+on the core count) at XLA's default optimisation level, set here and not taken from the environment: the numbers
+depend on XLA_FLAGS (-O0, which their own tests use, gives other numbers: another episode ends in ppo_ewma_jax2d's
+run). ppo_ewma_jax2d's run repeats bit for bit in separate processes, with a cold and a warm compilation cache, and
+takes ~50 s here with a warm cache (~30 s of CPU; ~5 min cold), so it is in the default run. sfl_kinetix_jax's
+compiles Kinetix's level sampler (~10 min cold, ~2.3 min warm on this loaded 2-core machine), so its test is slow;
+its run too repeats bit for bit in two processes.
 Each run is of a copy of the script in a temp dir outside the package, without PYTHONPATH (issue 41: a copied
 script still runs alone), so the same run also checks that.
 Regenerate after a change that is meant to move numbers: GOLDEN_REGEN=1 pytest -n 0 tests/test_golden_numerics.py
@@ -41,9 +48,27 @@ RUNS = {
                               "--total-timesteps", "192", "--diagnostics-every", "1", "--seed", "3", "--no-compile",
                               "--progress", "none"],
     "noisy_sgd": ["--num-seeds", "2", "--total-steps", "20", "--log-every", "5", "--learning-rate", "0.2", "--seed", "3"],
+    # tests/test_ppo_ewma_jax2d.py's tiny(4), with diagnostics every iteration and an evaluation every 2
+    "ppo_ewma_jax2d": ["--num-tasks", "8", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2",
+                       "--update-epochs", "2", "--hidden-size", "32", "--diagnostics-states", "64",
+                       "--updates-per-chunk", "2", "--eval-every", "2", "--ewma-com", "2", "--diagnostics-every", "1",
+                       "--eval-attempts", "1", "--total-timesteps", "512", "--seed", "3", "--progress", "none"],
 }
+# tests/test_sfl_kinetix_jax.py's tiny(4): two buffer refreshes, diagnostics every iteration, an evaluation every 2
+SLOW_RUNS = {
+    "sfl_kinetix_jax": ["--network", "mlp", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
+                        "--update-epochs", "2", "--hidden-size", "16", "--num-hidden-layers", "2", "--episode-length",
+                        "12", "--sfl-num-levels", "8", "--sfl-filter-batch", "4", "--sfl-buffer-size", "4",
+                        "--sfl-rollout-length", "24", "--sfl-update-period", "2", "--level-batch", "4",
+                        "--level-filter-steps", "4", "--eval-random-levels", "4", "--eval-attempts", "2",
+                        "--diagnostics-states", "16", "--updates-per-chunk", "2", "--eval-every", "2",
+                        "--diagnostics-every", "1", "--total-timesteps", "256", "--seed", "3", "--progress", "none"],
+}
+JAX_SCRIPTS = ("ppo_ewma_jax2d", "sfl_kinetix_jax")
+JAX_ENV = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 COMPILED = {"ppo_atari_envpool": [a for a in RUNS["ppo_atari_envpool"] if a != "--no-compile"]}
-VOLATILE = ("wall_time", "SPS")  # wall-clock readings; everything else must repeat exactly
+# wall-clock readings (sfl_kinetix_jax times its level filtering); everything else must repeat exactly
+VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share")
 
 
 def numbers(run_dir: str) -> dict:
@@ -65,8 +90,9 @@ def run_numbers(script_path: str, flags: list, tmp_path) -> dict:
     copy.parent.mkdir()
     shutil.copy(script_path, copy)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(ONE_THREAD, **(JAX_ENV if copy.stem in JAX_SCRIPTS else {}))
     out = subprocess.run([sys.executable, str(copy), "--runs-dir", str(runs)] + flags, capture_output=True,
-                         text=True, timeout=600, cwd=tmp_path, env=dict(env, **ONE_THREAD))
+                         text=True, timeout=1800, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     dirs = sorted(glob.glob(str(runs / "*")), key=lambda d: int(os.path.basename(d).split("__")[2]))
     return {str(i): numbers(d) for i, d in enumerate(dirs)}
@@ -87,6 +113,12 @@ def check_golden(script: str, flags: list, golden_name: str, tmp_path) -> None:
 @pytest.mark.parametrize("script", list(RUNS))
 def test_tiny_run_repeats_the_golden_numbers(script, tmp_path):
     check_golden(script, RUNS[script], script, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", list(SLOW_RUNS))
+def test_slow_tiny_run_repeats_the_golden_numbers(script, tmp_path):
+    check_golden(script, SLOW_RUNS[script], script, tmp_path)
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ Compile time is what this file spends (a Kinetix env step is a large XLA program
 - XLA's backend optimisation is lowered to -O0 for this test session (about 3x faster compiles; the tiny runs
   execute in seconds either way, and every comparison below is between runs compiled the same way);
 - runs happen in this process where no process boundary is needed (only the 4-device run and one bad-input check
-  start a new interpreter)."""
+  start a new interpreter), and they share one make_train (see shared_make_train)."""
+import dataclasses
 import glob
 import json
 import math
@@ -79,13 +80,10 @@ def reference_ppo_loss(network, params, mb, clip, ent_coef, vf_coef):
     return pg - ent_coef * ent + vf_coef * v_loss
 
 
-def small_problem(use_ewma: bool):
+def small_problem(ewma_com: float):
     mask = np.array([[True, True, True], [True, True, False]])
     network = m.ActorCritic(action_mask=mask, hidden_size=16, num_layers=2)
-    setup = m.Setup(env=None, env_params=None, network=network, optimizer=None, mesh=None, num_envs=4, num_steps=4,
-                    num_tasks=1, num_minibatches=1, update_epochs=1, gamma=0.99, gae_lambda=0.95, clip_vloss=True,
-                    norm_adv=True, use_ewma=use_ewma, imp_samp_max=100.0, target_kl=None, probe_index=np.arange(4),
-                    max_timesteps=256)
+    args = m.Args(ewma_com=ewma_com)  # advantage normalisation, the clipped value loss, imp_samp_max 100: defaults
     key = jax.random.PRNGKey(0)
     obs = jax.random.normal(key, (32, 5))
     params = network.init(key, obs)
@@ -97,15 +95,15 @@ def small_problem(use_ewma: bool):
                  value=0.1 * jax.random.normal(jax.random.PRNGKey(6), (32,)))
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    return setup, hyper, params, mb
+    return args, network, hyper, params, mb
 
 
 def test_com_zero_is_exactly_plain_ppo_loss_and_gradients():
-    setup, hyper, params, mb = small_problem(use_ewma=False)
+    args, network, hyper, params, mb = small_problem(ewma_com=0.0)
     # a sample with pi/pi_behavior > 100 too: plain PPO truncates nothing
     mb = mb._replace(logp=mb.logp.at[0].set(-30.0))
-    (loss, _), grads = jax.value_and_grad(lambda p: m.ppo_loss(setup, hyper, p, p, mb), has_aux=True)(params)
-    ref, ref_grads = jax.value_and_grad(lambda p: reference_ppo_loss(setup.network, p, mb, 0.2, 0.01, 0.5))(params)
+    (loss, _), grads = jax.value_and_grad(lambda p: m.ppo_loss(args, network, hyper, p, p, mb), has_aux=True)(params)
+    ref, ref_grads = jax.value_and_grad(lambda p: reference_ppo_loss(network, p, mb, 0.2, 0.01, 0.5))(params)
     assert float(loss) == float(ref)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(r))
@@ -205,6 +203,35 @@ def test_kl_diagnostics_sum_over_action_dimensions():
 # ---------------------------------------------------------------------------------------------------------
 # End-to-end runs (in-process where possible so that they share traced programs)
 # ---------------------------------------------------------------------------------------------------------
+# Fields the compiled programs take as arguments (the seed, Hyper's COM and epsilon, chunk lengths, --eval-attempts
+# as a static argument) or never read (how often to log, evaluate and checkpoint; where): runs that differ only in
+# these can share one make_train. COM enters the programs only as the choice PPO (0) or PPO-EWMA (> 0).
+RUNTIME_FIELDS = {"seed", "exp_name", "runs_dir", "resume", "init_from", "progress", "checkpoint_every", "track",
+                  "total_timesteps", "num_iterations", "eval_every", "eval_attempts", "diagnostics_every", "kl_profile",
+                  "ewma_com", "clip_coef", "ent_coef", "vf_coef", "save_model"}
+MAKE_TRAIN = m.make_train
+
+
+def shared_make_train(args):
+    """m.make_train, once per program-relevant configuration: the script traces Kinetix's step afresh for every run
+    (tens of seconds here), and the tiny runs below differ only in RUNTIME_FIELDS."""
+    key = tuple((k, v) for k, v in sorted(dataclasses.asdict(args).items()) if k not in RUNTIME_FIELDS)
+    key += (args.ewma_com > 0, args.num_iterations if args.anneal_lr else None)
+    if key not in shared_make_train.made:
+        shared_make_train.made[key] = MAKE_TRAIN(args)
+    return shared_make_train.made[key]
+
+
+shared_make_train.made = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def share_programs():
+    m.make_train = shared_make_train
+    yield
+    m.make_train = MAKE_TRAIN
+
+
 def run_main(argv, capsys=None):
     old_argv = sys.argv
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -338,21 +365,20 @@ def test_eval_attempts_do_not_change_training(runs):
 
 
 def built_like(argv):
-    """The programs of a tiny run (build is cached: the same compiled evaluation the runs used)."""
+    """The programs of a tiny run (shared_make_train: the same compiled evaluation the runs used)."""
     args = tyro.cli(m.Args, args=argv)
     m.apply_scaling(args, m.validate(args))
-    return m.build(m.build_config(args))
+    return m.make_train(args)
 
 
 def test_first_attempt_is_the_one_attempt_evaluation(runs):
     """K attempts are K streams: the first is the K = 1 evaluation's (what runs before --eval-attempts logged)."""
-    setup, tasks, _, evaluate_jit, init_jit = built_like(tiny(4))
+    train = built_like(tiny(4))
     ckpt = pickle.load(open(os.path.join(runs["diag"], "checkpoints", "latest.ckpt"), "rb"))
-    params = m.restore_runner(init_jit(tasks, 1), ckpt["runner"], "--resume").train.params
-    device = jax.devices()[0]
-    tasks, params = jax.device_put(tasks, device), jax.device_put(params, device)
+    params = m.restore_runner(train.init(train.tasks, 1), ckpt["runner"], "--resume").train.params
+    params = jax.device_put(params, jax.devices()[0])
     key = jax.random.fold_in(jax.random.PRNGKey(1 + 7919), 4)
-    one, four = (jax.device_get(evaluate_jit(tasks, params, key, attempts=k)) for k in (1, 4))
+    one, four = (jax.device_get(train.evaluate(train.eval_tasks, params, key, attempts=k)) for k in (1, 4))
     assert four.solved.shape == four.ep_return.shape == (5, 8)
     np.testing.assert_array_equal(four.ep_return[[0, -1]], one.ep_return)  # attempt 0 and the greedy episodes
     np.testing.assert_array_equal(four.solved[[0, -1]], one.solved)
