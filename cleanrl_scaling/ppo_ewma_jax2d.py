@@ -488,8 +488,10 @@ def make_train(args) -> Train:
         spec = NamedSharding(mesh, P("envs"))
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
+    replicated = NamedSharding(mesh, P())
+
     def shardings(runner: RunnerState) -> RunnerState:
-        sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
+        sharded = NamedSharding(mesh, P("envs"))
         return RunnerState(train=jax.tree.map(lambda _: replicated, runner.train),
                            envs=jax.tree.map(lambda _: sharded, runner.envs), key=replicated)
 
@@ -498,7 +500,9 @@ def make_train(args) -> Train:
         key, key_init = jax.random.split(jax.random.PRNGKey(jnp.uint32(seed)))
         params = network.init(key_init, tasks.obs[:1])
         idx = jnp.arange(args.num_envs) % args.num_tasks
-        envs = EnvBatch(state=jax.tree.map(lambda x: x[idx], tasks.states), obs=tasks.obs[idx],
+        # strongly typed as env_step returns it (kinetix's last_distance starts as a Python float): one compiled chunk
+        state = jax.tree.map(lambda x: jax.lax.convert_element_type(x[idx], x.dtype), tasks.states)
+        envs = EnvBatch(state=state, obs=tasks.obs[idx],
                         ep_return=jnp.zeros(args.num_envs), ep_length=jnp.zeros(args.num_envs, jnp.int32))
         train = TrainState(params=params, opt_state=optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
         return RunnerState(train=train, envs=envs, key=key)
@@ -595,9 +599,10 @@ def make_train(args) -> Train:
         num_policies = args.update_epochs * args.num_minibatches + 1
         flat, _ = ravel_pytree(params)
         num_diag, obs_dim = len(probe_index), tasks.obs.shape[-1]
-        return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
-                     logits=jnp.zeros((num_policies, num_diag, d, a)), obs=jnp.zeros((num_diag, obs_dim)),
-                     actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
+        probe = Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
+                      logits=jnp.zeros((num_policies, num_diag, d, a)), obs=jnp.zeros((num_diag, obs_dim)),
+                      actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
+        return jax.device_put(probe, replicated)  # placed as train_chunk returns it (one compiled chunk)
 
     def start_probe(probe: Probe, params, batch: Batch) -> Probe:
         obs, actions = batch.obs[probe_index], batch.action[probe_index]
@@ -635,9 +640,12 @@ def make_train(args) -> Train:
                                    functools.partial(eval_step, params, attempts), carry)
         return summarise_eval(carry.solved.reshape(copies, -1), carry.ep_return.reshape(copies, -1))
 
+    # The chunk returns runner and probe placed exactly as it takes them; otherwise XLA's choice (on one device the
+    # envs come back unsplit) makes the next call's input placement differ, and the chunk compiles a second time
+    chunk_placement = (shardings(jax.eval_shape(init, tasks, 0)), replicated, None, None)
     return Train(tasks=tasks, eval_tasks=jax.device_put(tasks, jax.devices()[0]), network=network, env=env,
                  init=jax.jit(init),  # one compiled program, not hundreds of eager ops
-                 train_chunk=jax.jit(train_chunk, donate_argnums=(2, 3)),
+                 train_chunk=jax.jit(train_chunk, donate_argnums=(2, 3), out_shardings=chunk_placement),
                  evaluate=jax.jit(evaluate, static_argnames="attempts"),  # a small program: one device
                  empty_probe=empty_probe, shardings=shardings, env_step=env_step)
 
