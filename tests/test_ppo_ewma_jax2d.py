@@ -442,6 +442,51 @@ def test_four_devices_give_the_one_device_result(runs):
     np.testing.assert_allclose(*zip(*early), rtol=1e-3, atol=1e-5)
 
 
+def placement(tree) -> dict:
+    """Per leaf what selects a compiled program besides shape: dtype, weak type, sharding, committed to it."""
+    return {jax.tree_util.keystr(path): (str(x.dtype), x.aval.weak_type, str(x.sharding), x.committed)
+            for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def chunk_compiles(argv, chunks: int = 3) -> dict:
+    """train_chunk's compiled programs after `chunks` chunks of the tiny run, state placed as main() places it, and
+    the state leaves a chunk returned placed or typed otherwise than it took them (each such change compiles again)."""
+    args = tyro.cli(m.Args, args=argv)
+    m.apply_scaling(args, m.validate(args))
+    train = m.make_train(args)
+    hyper = m.Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
+                    ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
+    runner = m.initial_runner(train, args, None)
+    probe = train.empty_probe(runner.train.params)
+    changed = set()
+    for _ in range(chunks):
+        before = placement((runner, probe))
+        runner, probe, stats, _ = train.train_chunk(hyper, train.tasks, runner, probe, args.updates_per_chunk, -1)
+        after = placement((runner, probe))
+        changed |= {k for k in before if before[k] != after[k]}
+    jax.block_until_ready(stats)
+    return {"compiles": train.train_chunk._cache_size(), "changed": sorted(changed), "devices": jax.device_count()}
+
+
+def test_train_chunk_compiles_once_on_one_device():
+    """A chunk returns its state as it took it, so a run (and a resumed run) compiles the chunk once: not again on
+    the second chunk, inside the timed SPS. In-process: the tiny runs' program (shared_make_train)."""
+    result = chunk_compiles(tiny(6))
+    assert result["changed"] == [] and result["compiles"] == 1, result
+
+
+def test_train_chunk_compiles_once_on_four_devices():
+    """The same on 4 CPU devices (envs split over them), in a new interpreter: the 4-device run's program (cached)."""
+    env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    code = "import json, test_ppo_ewma_jax2d as t; print(json.dumps(t.chunk_compiles(t.tiny(6))))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 4
+    assert result["changed"] == [] and result["compiles"] == 1, result
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["--num-envs", "0"], "--num-envs"),
     (["--num-minibatches", "3"], "--num-minibatches"),
