@@ -27,12 +27,13 @@ def random_rollout_sps(train, num_envs, num_steps, repeats):
         envs, *_ = train.env_step(train.tasks, envs, action, keys[0])
         return envs, None
 
-    @jax.jit
+    runner = train.init(train.tasks, 0)
+    placement = train.shardings(runner).envs  # as the script places them; returned so, so one compile
+
+    @functools.partial(jax.jit, out_shardings=placement)
     def rollout(envs, key):
         return jax.lax.scan(step, envs, jax.random.split(key, num_steps))[0]
-    envs = train.init(train.tasks, 0).envs
-    for _ in range(2):  # compile; the second call compiles again for the sharded envs the first one returns
-        envs = jax.block_until_ready(rollout(envs, jax.random.PRNGKey(0)))
+    envs = jax.block_until_ready(rollout(jax.device_put(runner.envs, placement), jax.random.PRNGKey(0)))  # compile
     t = time.time()
     for i in range(repeats):
         envs = rollout(envs, jax.random.PRNGKey(i + 1))
@@ -113,8 +114,7 @@ def main():
         runner = train.init(train.tasks, 1)
         probe = train.empty_probe(runner.train.params)
         runner = jax.device_put(runner, train.shardings(runner))  # placed as the script places it
-        for _ in range(2):  # compile; then once more, in case the returned state's placement differs from the input's
-            runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, train.tasks, runner, probe, 1, -1))
+        runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, train.tasks, runner, probe, 1, -1))  # compile
         t = time.time()
         for _ in range(opts.repeats):
             runner, probe, stats, _ = train.train_chunk(hyper, train.tasks, runner, probe, 1, -1)
