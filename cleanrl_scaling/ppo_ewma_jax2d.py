@@ -640,8 +640,7 @@ def make_train(args) -> Train:
                                    functools.partial(eval_step, params, attempts), carry)
         return summarise_eval(carry.solved.reshape(copies, -1), carry.ep_return.reshape(copies, -1))
 
-    # The chunk returns runner and probe placed exactly as it takes them; otherwise XLA's choice (on one device the
-    # envs come back unsplit) makes the next call's input placement differ, and the chunk compiles a second time
+    # runner and probe come back placed as they went in: XLA's choice (unsplit envs) would compile the next chunk again
     chunk_placement = (shardings(jax.eval_shape(init, tasks, 0)), replicated, None, None)
     return Train(tasks=tasks, eval_tasks=jax.device_put(tasks, jax.devices()[0]), network=network, env=env,
                  init=jax.jit(init),  # one compiled program, not hundreds of eager ops
