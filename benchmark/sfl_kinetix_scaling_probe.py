@@ -115,8 +115,8 @@ def child(argv, updates):
         return setup, static_params, programs._replace(**{
             name: timed(getattr(programs, name), name) for name in ("chunk", "sample", "noop_solved", "score", "merge")})
     m.build = timed_build
-    for name in ("candidate_keys_laid", "chosen_keys_laid", "place_levels"):  # the fresh levels' small programs
-        setattr(m, name, timed(getattr(m, name), name))
+    program = m.level_program  # the fresh levels' small programs: keys, picks, placement
+    m.level_program = lambda name, *static: timed(program(name, *static), name)
 
     marks, records = {}, []
     next_stop, refresh, fresh_levels, log = m.next_stop, m.refresh_buffer, m.fresh_levels, m.RunLogger.log

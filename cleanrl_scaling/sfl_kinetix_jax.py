@@ -908,14 +908,23 @@ def random_levels(programs, args, key, first: Optional[int], rows: int, cols: in
     spread = cols % devices == 0
     own = count // devices if spread else -(-count // devices)  # keys per device
     capacity = max(level_calls(args), -(-own // batch))
-    fold = first is not None
+    ratio, fold = args.level_filter_ratio, first is not None
+    key = to_global(fetch(key), NamedSharding(env_mesh(), P()))  # 8 bytes: every process passes the same global key
     trivial = None
-    if filtered and args.level_filter_steps and args.level_filter_ratio > 1:
-        laid = candidate_keys_laid(key, first or 0, rows, cols, args.level_filter_ratio, fold, devices, batch, capacity)
+    if filtered and args.level_filter_steps and ratio > 1:
+        laid = level_program("candidate_keys", rows, cols, ratio, fold, devices, batch, capacity)(key, first or 0)
         trivial = programs.noop_solved(laid, -(-count // (devices * batch)))
-    laid = chosen_keys_laid(key, first or 0, trivial, rows, cols, args.level_filter_ratio, fold, devices, batch,
-                            capacity, spread)
-    return place_levels(programs.sample(laid, -(-own // batch)), rows, cols, out_rows, spread)
+    laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
+                                                                                                 trivial)
+    return level_program("place_levels", rows, cols, out_rows, spread)(programs.sample(laid, -(-own // batch)))
+
+
+@functools.lru_cache(maxsize=64)
+def level_program(name: str, *static):
+    """random_levels' small programs (keys, picks, placement) for these static shapes, compiled in step by every
+    process (InStep: the placement of an uneven split gathers across devices)."""
+    fn = {"candidate_keys": candidate_keys_laid, "chosen_keys": chosen_keys_laid, "place_levels": place_levels}[name]
+    return InStep(name, jax.jit(functools.partial(fn, *static)))
 
 
 def level_calls(args) -> int:
@@ -966,17 +975,15 @@ def lay_keys(keys, devices: int, batch: int, capacity: int, spread: bool):
                                             NamedSharding(env_mesh(), P(None, "envs")))
 
 
-@functools.partial(jax.jit, static_argnums=tuple(range(2, 9)))
-def candidate_keys_laid(key, first, rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int,
-                        capacity: int):
+def candidate_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int, key,
+                        first):
     """The requests' level keys laid out for the no-op filter (each gives its `ratio` candidates' outcomes)."""
     return lay_keys(request_level_keys(key, first, rows, cols, fold)[0].reshape(1, -1, 2), devices, batch, capacity,
                     False)
 
 
-@functools.partial(jax.jit, static_argnums=tuple(range(3, 11)))
-def chosen_keys_laid(key, first, trivial, rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int,
-                     capacity: int, spread: bool):
+def chosen_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int,
+                     spread: bool, key, first, trivial):
     """The kept candidates' keys laid out for the generator: request r keeps cols of its cols x ratio candidates by
     Kinetix's weights (pick_candidates, key split(request key)[1]); trivial None: no filter, candidate 0 of each."""
     keys, requests = request_level_keys(key, first, rows, cols, fold)
@@ -991,8 +998,7 @@ def chosen_keys_laid(key, first, trivial, rows: int, cols: int, ratio: int, fold
     return lay_keys(chosen, devices, batch, capacity, spread)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def place_levels(made, rows: int, cols: int, out_rows: int, spread: bool):
+def place_levels(rows: int, cols: int, out_rows: int, spread: bool, made):
     """The generator's output (laid out by lay_keys) as [out_rows, cols] levels, the rows past `rows` repeating the last
     (out_rows 0: [cols]); spread: cols split over the mesh, every step moving levels within their device only."""
     mesh = env_mesh()
