@@ -902,7 +902,7 @@ def random_levels(programs, args, key, first: Optional[int], rows: int, cols: in
     no-op filter's pick among the candidates of fold_in(request key, j) (pick_candidates), so a level is a function of
     its key and the batching (--level-batch, chunks, devices) never changes it. Whatever the count, the host makes
     the same five calls: the candidates' keys, the filter, the picks laid out per device, the generator, the levels
-    placed; filter and generator loop over their level-batch-sized calls on the devices."""
+    placed; filter and generator loop over their steps of level_batch keys per device on the devices."""
     devices, batch = jax.device_count(), args.level_batch
     count = rows * cols
     spread = cols % devices == 0
@@ -912,7 +912,7 @@ def random_levels(programs, args, key, first: Optional[int], rows: int, cols: in
     key = to_global(fetch(key), NamedSharding(env_mesh(), P()))  # 8 bytes: every process passes the same global key
     trivial = None
     if filtered and args.level_filter_steps and ratio > 1:
-        laid = level_program("candidate_keys", rows, cols, ratio, fold, devices, batch, capacity)(key, first or 0)
+        laid = level_program("candidate_keys", rows, cols, fold, devices, batch, capacity)(key, first or 0)
         trivial = programs.noop_solved(laid, -(-count // (devices * batch)))
     laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
                                                                                                  trivial)
@@ -928,8 +928,8 @@ def level_program(name: str, *static):
 
 
 def level_calls(args) -> int:
-    """Generator calls per device of the run's largest request (a chunk's fresh levels, a scoring batch, the evaluation
-    set): the size of the looped programs' key array, so one compiled generator and one filter serve them all."""
+    """Loop steps per device of the run's largest request (a chunk's fresh levels, a scoring batch, the evaluation set):
+    the size of the looped programs' key array, so one compiled generator and one filter serve them all."""
     devices = jax.device_count()
     requests = [args.updates_per_chunk * max(sfl_counts(args)[1], 1), max(args.eval_random_levels, 1)]
     if not args.no_sfl:
@@ -975,8 +975,7 @@ def lay_keys(keys, devices: int, batch: int, capacity: int, spread: bool):
                                             NamedSharding(env_mesh(), P(None, "envs")))
 
 
-def candidate_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int, key,
-                        first):
+def candidate_keys_laid(rows: int, cols: int, fold: bool, devices: int, batch: int, capacity: int, key, first):
     """The requests' level keys laid out for the no-op filter (each gives its `ratio` candidates' outcomes)."""
     return lay_keys(request_level_keys(key, first, rows, cols, fold)[0].reshape(1, -1, 2), devices, batch, capacity,
                     False)
