@@ -9,7 +9,7 @@ updates 2 and 3 it reports the mean of
   - wall time per update: from the loop's start of the update (next_stop) to its end (the chunk's lockstep): fresh
     levels, the training chunk, reading its statistics, the NaN check, the log rows;
   - device time per update: the time inside the script's compiled programs (level generator, no-op filter, the fresh
-    levels' assembly, the training chunk), each timed from ready inputs to ready outputs (block_until_ready);
+    levels' keys and placement, the training chunk), each timed from ready inputs to ready outputs (block_until_ready);
   - host time per update = wall - device: Python, the un-jitted jnp ops, host <-> device copies and logging, split
     into making the fresh levels (fresh_levels' wall minus its programs), writing log rows (RunLogger.log: one row per
     finished episode up to 1,024 an iteration, then one row of aggregates, plus the iteration's scalars) and the rest;
@@ -115,7 +115,8 @@ def child(argv, updates):
         return setup, static_params, programs._replace(**{
             name: timed(getattr(programs, name), name) for name in ("chunk", "sample", "noop_solved", "score", "merge")})
     m.build = timed_build
-    m.stack_calls = timed(m.stack_calls, "stack_calls")
+    program = m.level_program  # the fresh levels' small programs: keys, picks, placement
+    m.level_program = lambda name, *static: timed(program(name, *static), name)
 
     marks, records = {}, []
     next_stop, refresh, fresh_levels, log = m.next_stop, m.refresh_buffer, m.fresh_levels, m.RunLogger.log

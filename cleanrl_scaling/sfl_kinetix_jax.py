@@ -161,8 +161,8 @@ class Args(ScalingArgs, RunArgs):
     episode_length: int = 256
     """steps before an episode is truncated (Kinetix: 256); the no-op filter and evaluation use it too"""
     level_batch: int = 1024
-    """random levels generated per device and compiled sampler call (a compute knob: a level depends only on its key);
-    a call makes level_batch x devices levels"""
+    """random levels generated per device and loop step of the compiled generator and no-op filter (a compute knob: a
+    level depends only on its key); a request's steps run in one call on the devices"""
     level_filter_ratio: int = 2
     """Kinetix's no-op filter: each random level is chosen among this many candidates, avoiding ones a no-op solves"""
     level_filter_steps: int = 64
@@ -891,97 +891,134 @@ def level_keys(key, start: int, count: int):
 
 def sample_levels(programs, args, key, n: int):
     """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call); split evenly over
-    the devices when they divide n, else as levels_from_keys leaves them."""
-    keys = chosen_keys(programs, args, [key], n)
-    if n % jax.device_count():
-        return levels_from_keys(programs.sample, args.level_batch, keys)
-    return sharded_levels(programs.sample, args.level_batch, keys[None], 0)
+    the devices when they divide n, else replicated."""
+    return random_levels(programs, args, key, None, 1, n, 0)
 
 
-def chosen_keys(programs, args, request_keys: list, n: int):
-    """[R n, 2]: the keys of n random levels per request key. Request r's candidates are those of its level keys
-    fold_in(key, j); the no-op filter keeps n of its n x ratio candidates by Kinetix's weights (pick_candidates, key
-    split(key)[1]). Candidates are scored first and only the kept ones generated again, so a level is still a
-    function of its key and the batching (--level-batch, chunks, devices) never changes it."""
-    ratio = args.level_filter_ratio
-    keys = jnp.concatenate([level_keys(k, 0, n) for k in request_keys])
-    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [R n, ratio, 2]
-    if args.level_filter_steps == 0 or ratio == 1:
-        return candidates[:, 0]
-    parts = fetch(keyed_calls(programs.noop_solved, args.level_batch, keys))  # a few bools per level, joined on the host
-    trivial = np.concatenate([np.asarray(x) for x in parts])[:keys.shape[0]].reshape(len(request_keys), n * ratio)
-    pick_keys = jnp.stack([jax.random.split(k)[1] for k in request_keys])
-    picks = jax.vmap(pick_candidates, (0, 0, None))(pick_keys, jnp.asarray(trivial), n)  # [R, n]
-    chosen = candidates.reshape(len(request_keys), n * ratio, -1)[jnp.arange(len(request_keys))[:, None], picks]
-    return chosen.reshape(-1, candidates.shape[-1])
+def random_levels(programs, args, key, first: Optional[int], rows: int, cols: int, out_rows: int, filtered=True):
+    """rows requests of cols random levels -> levels [out_rows, cols] (out_rows 0: [cols]; rows past `rows` repeat the
+    last), split over the devices when they divide cols (each level made on the device that holds it), else
+    replicated. Request r's key is fold_in(key, first + r) (first None: key itself, one request); its level j is the
+    no-op filter's pick among the candidates of fold_in(request key, j) (pick_candidates), so a level is a function of
+    its key and the batching (--level-batch, chunks, devices) never changes it. Whatever the count, the host makes
+    the same five calls: the candidates' keys, the filter, the picks laid out per device, the generator, the levels
+    placed; filter and generator loop over their steps of level_batch keys per device on the devices."""
+    devices, batch = jax.device_count(), args.level_batch
+    count = rows * cols
+    spread = cols % devices == 0
+    own = count // devices if spread else -(-count // devices)  # keys per device
+    capacity = max(level_calls(args), -(-own // batch))
+    ratio, fold = args.level_filter_ratio, first is not None
+    key = to_global(fetch(key), NamedSharding(env_mesh(), P()))  # 8 bytes: every process passes the same global key
+    trivial = None
+    if filtered and args.level_filter_steps and ratio > 1:
+        laid = level_program("candidate_keys", rows, cols, fold, devices, batch, capacity)(key, first or 0)
+        trivial = programs.noop_solved(laid, -(-count // (devices * batch)))
+    laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
+                                                                                                 trivial)
+    return level_program("place_levels", rows, cols, out_rows, spread)(programs.sample(laid, -(-own // batch)))
 
 
-@functools.lru_cache(maxsize=16)
-def call_layout(rows: int, cols: int, devices: int, level_batch: int) -> np.ndarray:
-    """[C, devices x level_batch]: the flat positions in a [rows, cols] level array (cols split evenly over the devices)
-    of the levels each generator call makes. Device d's part of a call is level_batch of the levels its own columns
-    hold (row-major), so the calls' outputs stack into the sharded array without a level crossing devices; the last
-    call is padded with the device's last position (a level is a function of its key: made twice, dropped once)."""
-    per_device = cols // devices
-    items = rows * per_device
-    calls = -(-items // level_batch)
-    i = np.minimum(np.arange(calls * level_batch), items - 1)  # the device's own levels, row-major
-    pos = (i // per_device)[None] * cols + np.arange(devices)[:, None] * per_device + (i % per_device)[None]  # [D, C lb]
-    return pos.reshape(devices, calls, level_batch).transpose(1, 0, 2).reshape(calls, devices * level_batch)
+@functools.lru_cache(maxsize=64)
+def level_program(name: str, *static):
+    """random_levels' small programs (keys, picks, placement) for these static shapes, compiled in step by every
+    process (InStep: the placement of an uneven split gathers across devices)."""
+    fn = {"candidate_keys": candidate_keys_laid, "chosen_keys": chosen_keys_laid, "place_levels": place_levels}[name]
+    return InStep(name, jax.jit(functools.partial(fn, *static)))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def stack_calls(parts, rows: int, cols: int, out_rows: int):
-    """The generator calls' outputs (laid out by call_layout) as [out_rows, cols] levels, cols split over the mesh, the
-    rows past `rows` repeating the last (out_rows 0: one row, returned as [cols]); every step moves levels within their
-    device only."""
+def level_calls(args) -> int:
+    """Loop steps per device of the run's largest request (a chunk's fresh levels, a scoring batch, the evaluation set):
+    the size of the looped programs' key array, so one compiled generator and one filter serve them all."""
+    devices = jax.device_count()
+    requests = [args.updates_per_chunk * max(sfl_counts(args)[1], 1), max(args.eval_random_levels, 1)]
+    if not args.no_sfl:
+        requests.append(min(args.sfl_filter_batch, args.sfl_num_levels))
+    return max(-(-count // (devices * args.level_batch)) for count in requests)
+
+
+def looped(per_call, sharding):
+    """per_call (levels or no-op outcomes of G keys) as one program over keys [C, G, 2]: the first `calls` rows in a loop
+    on the devices, the rest left zero; so a request's host work is one call whatever its size (was: a host slice, a
+    transfer and a dispatch per row)."""
+    def run(keys, calls):
+        out = jax.tree.map(lambda s: jnp.zeros((keys.shape[0],) + s.shape, s.dtype), jax.eval_shape(per_call, keys[0]))
+
+        def body(i, out):
+            made = per_call(jax.lax.with_sharding_constraint(jax.lax.dynamic_index_in_dim(keys, i, keepdims=False),
+                                                             sharding))
+            return jax.tree.map(lambda o, x: jax.lax.dynamic_update_index_in_dim(o, x, i, 0), out, made)
+        return jax.lax.fori_loop(0, calls, body, out)
+    return run
+
+
+def request_level_keys(key, first, rows: int, cols: int, fold: bool):
+    """[rows, cols, 2]: fold_in(request key, j), request r's key fold_in(key, first + r) (fold False: key, one row)."""
+    requests = jax.vmap(functools.partial(jax.random.fold_in, key))(
+        jnp.asarray(first, jnp.uint32) + jnp.arange(rows, dtype=jnp.uint32)) if fold else key[None]
+    return jax.vmap(lambda k: level_keys(k, 0, cols))(requests), requests
+
+
+def lay_keys(keys, devices: int, batch: int, capacity: int, spread: bool):
+    """keys [rows, cols, 2] -> [capacity, devices x batch, 2], row c the keys of loop step c. spread (the devices divide
+    cols): device d's part of every row is `batch` of its own columns' keys, row-major, so each level is made on the
+    device that holds it; else the keys in order. Padded with the last key: a level made twice is dropped once."""
+    rows, cols = keys.shape[:2]
+    if spread:
+        own = keys.reshape(rows, devices, cols // devices, 2).transpose(1, 0, 2, 3).reshape(devices, -1, 2)
+        own = jnp.pad(own, ((0, 0), (0, capacity * batch - own.shape[1]), (0, 0)), mode="edge")
+        laid = own.reshape(devices, capacity, batch, 2).transpose(1, 0, 2, 3)
+    else:
+        flat = keys.reshape(-1, 2)
+        laid = jnp.pad(flat, ((0, capacity * devices * batch - flat.shape[0]), (0, 0)), mode="edge")
+    return jax.lax.with_sharding_constraint(laid.reshape(capacity, devices * batch, 2),
+                                            NamedSharding(env_mesh(), P(None, "envs")))
+
+
+def candidate_keys_laid(rows: int, cols: int, fold: bool, devices: int, batch: int, capacity: int, key, first):
+    """The requests' level keys laid out for the no-op filter (each gives its `ratio` candidates' outcomes)."""
+    return lay_keys(request_level_keys(key, first, rows, cols, fold)[0].reshape(1, -1, 2), devices, batch, capacity,
+                    False)
+
+
+def chosen_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int,
+                     spread: bool, key, first, trivial):
+    """The kept candidates' keys laid out for the generator: request r keeps cols of its cols x ratio candidates by
+    Kinetix's weights (pick_candidates, key split(request key)[1]); trivial None: no filter, candidate 0 of each."""
+    keys, requests = request_level_keys(key, first, rows, cols, fold)
+    candidates = jax.vmap(jax.vmap(functools.partial(candidate_keys, ratio=ratio)))(keys)  # [rows, cols, ratio, 2]
+    if trivial is None:
+        chosen = candidates[:, :, 0]
+    else:
+        trivial = trivial.reshape(-1, ratio)[:rows * cols].reshape(rows, cols * ratio)
+        picks = jax.vmap(pick_candidates, (0, 0, None))(jax.vmap(lambda k: jax.random.split(k)[1])(requests), trivial,
+                                                        cols)  # [rows, cols]
+        chosen = candidates.reshape(rows, cols * ratio, 2)[jnp.arange(rows)[:, None], picks]
+    return lay_keys(chosen, devices, batch, capacity, spread)
+
+
+def place_levels(rows: int, cols: int, out_rows: int, spread: bool, made):
+    """The generator's output (laid out by lay_keys) as [out_rows, cols] levels, the rows past `rows` repeating the last
+    (out_rows 0: [cols]); spread: cols split over the mesh, every step moving levels within their device only."""
     mesh = env_mesh()
     devices = mesh.size
 
     def on_devices(x, spec):
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec if spread else P()))
 
-    def one(*xs):
-        tail = xs[0].shape[1:]
-        x = on_devices(jnp.stack(xs).reshape((len(xs), devices, -1) + tail), P(None, "envs"))  # [C, D, lb, ...]
-        x = jnp.swapaxes(x, 0, 1).reshape((devices, -1) + tail)[:, :rows * (cols // devices)]  # [D, own levels, ...]
-        x = jnp.swapaxes(on_devices(x.reshape((devices, rows, cols // devices) + tail), P("envs")), 0, 1)
-        x = x.reshape((rows, cols) + tail)
+    def one(x):
+        tail = x.shape[2:]
+        if spread:
+            x = on_devices(x.reshape((x.shape[0], devices, -1) + tail), P(None, "envs"))  # [C, D, batch, ...]
+            x = jnp.swapaxes(x, 0, 1).reshape((devices, -1) + tail)[:, :rows * (cols // devices)]  # [D, own, ...]
+            x = jnp.swapaxes(on_devices(x.reshape((devices, rows, cols // devices) + tail), P("envs")), 0, 1)
+            x = x.reshape((rows, cols) + tail)
+        else:
+            x = x.reshape((-1,) + tail)[:rows * cols].reshape((rows, cols) + tail)
         if out_rows == 0:
             return on_devices(x[0], P("envs"))
         return on_devices(jnp.concatenate([x, jnp.repeat(x[-1:], out_rows - rows, axis=0)]), P(None, "envs"))
-    return jax.tree.map(one, *parts)
-
-
-def sharded_levels(program, level_batch: int, keys, out_rows: int):
-    """program (the level generator) on keys [rows, cols, 2] -> levels [out_rows, cols] (0: [cols]), cols split evenly
-    over the mesh, in calls of level_batch keys per device. Concatenating the calls' sharded outputs instead moved
-    level states between devices in the host loop (work and memory that grow with N)."""
-    rows, cols = keys.shape[:2]
-    layout = call_layout(rows, cols, jax.device_count(), level_batch)
-    host_keys = np.asarray(fetch(keys)).reshape(rows * cols, -1)[layout]  # [C, D lb, 2]: a few bytes per level
-    envs = NamedSharding(env_mesh(), P("envs"))
-    return stack_calls([program(to_global(k, envs)) for k in host_keys], rows, cols, out_rows)
-
-
-def levels_from_keys(program, level_batch: int, keys):
-    """program (random levels, or their candidates' no-op outcomes) on every key, in calls of `level_batch` keys per
-    device (one compiled program for every request size, a few large calls at 1M envs on many devices; the last call
-    is padded with copies of the last key, dropped after); the keys go in as a global array split over the mesh, the
-    results stay there."""
-    parts = keyed_calls(program, level_batch, keys)
-    return jax.tree.map(lambda x: x[:keys.shape[0]], parts[0] if len(parts) == 1 else tree_concat(parts))
-
-
-def keyed_calls(program, level_batch: int, keys) -> list:
-    """The calls of levels_from_keys, their outputs as they come: the keys are sliced on the host (one copy of a few
-    bytes per level), not by a device op per call."""
-    envs = NamedSharding(env_mesh(), P("envs"))
-    level_batch *= jax.device_count()
-    keys = np.asarray(fetch(keys))
-    n = keys.shape[0]
-    keys = np.concatenate([keys, np.repeat(keys[-1:], -n % level_batch, axis=0)])
-    return [program(to_global(keys[start:start + level_batch], envs)) for start in range(0, n, level_batch)]
+    return jax.tree.map(one, made)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -2030,8 +2067,8 @@ def build_config(args) -> BuildConfig:
 class Programs(NamedTuple):
     """The jitted programs of a configuration (those over the global mesh wrapped in InStep)."""
     chunk: Any  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
-    sample: Any  # keys [G] -> levels [G]
-    noop_solved: Any  # keys [G] -> [G, level_filter_ratio] bools: a no-op solves the candidate
+    sample: Any  # (keys [C, G], calls) -> levels [C, G], rows < calls made (looped)
+    noop_solved: Any  # (keys [C, G], calls) -> [C, G, level_filter_ratio] bools: a no-op solves the candidate
     score: Any  # (params, levels [B], key) -> p [B]
     merge: Any  # (buffer, levels [B], p [B]) -> buffer
     first_solved: Any  # (levels [E], params, key) -> [E] bools, on one device
@@ -2066,12 +2103,14 @@ def build(cfg: BuildConfig, buffer_size: int):
     sharded = NamedSharding(mesh, P("envs"))
     eval_device = jax.local_devices()[0]  # small programs: one device of this process, not the same work on all
     eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
+    calls = NamedSharding(mesh, P(None, "envs"))  # [loop step, keys over the devices]
+    in_calls = (calls, NamedSharding(mesh, P()))
     programs = Programs(
         chunk=InStep("chunk", jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))),
-        sample=InStep("sample", jax.jit(jax.vmap(functools.partial(random_level, sampler)), in_shardings=sharded,
-                                        out_shardings=sharded)),
-        noop_solved=InStep("noop_solved", jax.jit(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
-                                                  in_shardings=sharded, out_shardings=sharded)),
+        sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
+                                        in_shardings=in_calls, out_shardings=calls)),
+        noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
+                                                         sharded), in_shardings=in_calls, out_shardings=calls)),
         score=InStep("score", jax.jit(functools.partial(score_levels, setup))),
         merge=InStep("merge", jax.jit(top_k_levels)),
         first_solved=jax.jit(functools.partial(first_episode_solved, eval_setup)),
@@ -2128,19 +2167,8 @@ def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: i
     chunking and resuming do not change them. When the devices divide F, level f is made on the device whose envs
     play it (assign_levels' blocks), so fresh levels never cross devices."""
     num_fresh = sfl_counts(args)[1]
-    count = max(num_fresh, 1)
-    # the chunk's levels in one go: a call generates level_batch levels, however few one update needs
-    requests = [jax.random.fold_in(fresh_key, first_iteration + i) for i in range(n)]
-    keys = chosen_keys(programs, args, requests, count)
-    if num_fresh and num_fresh % jax.device_count() == 0:
-        return sharded_levels(programs.sample, args.level_batch, keys.reshape(n, count, -1), args.updates_per_chunk)
-    levels = levels_from_keys(programs.sample, args.level_batch, keys)
-    pad = args.updates_per_chunk - n
-
-    def per_update(x):  # [n * count, ...] -> [updates_per_chunk, F, ...]
-        x = x.reshape(n, count, *x.shape[1:])
-        return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])[:, :num_fresh]
-    return jax.tree.map(per_update, levels)
+    levels = random_levels(programs, args, fresh_key, first_iteration, n, max(num_fresh, 1), args.updates_per_chunk)
+    return levels if num_fresh else jax.tree.map(lambda x: x[:, :0], levels)  # rho = 1: no fresh levels
 
 
 def listed_levels(levels, num_envs: int, updates_per_chunk: int):
@@ -2174,11 +2202,12 @@ def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerStat
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
     filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    keys = jax.ShapeDtypeStruct((args.level_batch * jax.device_count(), 2), jnp.uint32, sharding=sharded)
+    keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
+                                sharding=NamedSharding(mesh, P(None, "envs")))
     lowered = {"train_chunk": programs.chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
-               "level_sampler": programs.sample.lower(keys)}
+               "level_sampler": programs.sample.lower(keys, scalar)}
     if args.level_filter_steps and args.level_filter_ratio > 1:
-        lowered["level_filter"] = programs.noop_solved.lower(keys)
+        lowered["level_filter"] = programs.noop_solved.lower(keys, scalar)
     if not args.no_sfl:
         lowered["sfl_scoring"] = programs.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
     out = {}
@@ -2238,7 +2267,7 @@ def main():
                "compiles Kinetix's random level generator the first time: minutes on a CPU"):
         setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
         fresh_key, filter_key = level_streams(args.seed)
-        example = fetch(levels_from_keys(programs.sample, args.level_batch, jax.random.PRNGKey(0)[None]))  # shapes
+        example = fetch(random_levels(programs, args, jax.random.PRNGKey(0), None, 1, 1, 0, filtered=False))  # shapes
         template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
         report = estimate_memory(setup, programs, args, template, example)

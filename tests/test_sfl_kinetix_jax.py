@@ -7,6 +7,7 @@ loaded 2-core machine, so every end-to-end run (which needs it for fresh levels,
 evaluation set) is marked slow; the default run keeps the math, the presets and the bad-input checks (seconds).
 As in test_ppo_ewma_jax2d.py: a persistent compilation cache in the gitignored .jax_cache/, XLA's backend
 optimisation at -O0, and in-process runs sharing the traced programs (lru_cache'd build)."""
+import collections
 import functools
 import glob
 import json
@@ -30,6 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax import struct  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
 
@@ -170,16 +172,20 @@ buffer = m.LevelBuffer(levels=args[1], score=jax.ShapeDtypeStruct((K,), jnp.floa
 p = jax.ShapeDtypeStruct((F,), jnp.float32, sharding=NamedSharding(mesh, P("envs")))
 print("merge", jax.jit(m.top_k_levels).lower(buffer, args[2], p).compile().memory_analysis().temp_size_in_bytes)
 calls = []
-def sample(keys):
-    calls.append(keys.shape[0])
-    return {"x": jax.vmap(lambda k: jax.random.uniform(k, (3,)))(keys)}
+looped = jax.jit(m.looped(lambda keys: {"x": jax.vmap(lambda k: jax.random.uniform(k, (3,)))(keys)},
+                          NamedSharding(mesh, P("envs"))))
+def sample(keys, steps):
+    calls.append((steps, keys.shape[1]))
+    return looped(keys, steps)
 programs = m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample})
 args = m.Args(num_envs=16, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=2, level_filter_steps=0)
 got = m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"]
-parts = [sample(jnp.zeros((4, 2), jnp.uint32)) for _ in range(6)]
-stack = m.stack_calls.lower(parts, 3, 8, 4).compile().as_text()
-print("fresh", got.sharding.spec == P(None, "envs"), int(any(op in stack for op in ("all-gather", "all-to-all",
-      "collective-permute"))), calls[:-6])
+made = jax.ShapeDtypeStruct((6, 4, 3), jnp.float32, sharding=NamedSharding(mesh, P(None, "envs")))
+place = m.level_program("place_levels", 3, 8, 4, True).lower({"x": made}).compile().as_text()
+keys = jax.ShapeDtypeStruct((3, 8, 2), jnp.uint32, sharding=NamedSharding(mesh, P(None, "envs")))
+lay = jax.jit(m.lay_keys, static_argnums=(1, 2, 3, 4)).lower(keys, 2, 2, 6, True).compile().as_text()
+print("fresh", got.sharding.spec == P(None, "envs"), int(any(op in hlo for hlo in (place, lay) for op in (
+      "all-gather", "all-to-all", "collective-permute"))), calls)
 np.save(sys.argv[2], np.asarray(got))
 """
     results = {}
@@ -199,24 +205,26 @@ np.save(sys.argv[2], np.asarray(got))
     # the buffer update's top K of a sharded scoring batch: K levels picked on their devices, the batch never gathered
     # (concatenated with the buffer, it was: 9 MB of temporaries per device here)
     assert int(merge.split()[1]) < level_bytes / 4, merge
-    assert fresh == "fresh True 0 [4, 4, 4, 4, 4, 4]", fresh  # 3 updates x 8 fresh levels, 2 per device and call
+    assert fresh == "fresh True 0 [(6, 4)]", fresh  # 3 updates x 8 fresh levels: one call, 6 steps of 2 per device
     np.testing.assert_array_equal(levels, results[1][1])  # the same levels on one device
 
 
 def fake_programs(calls):
     """A level is a function of its key only, as Kinetix's sampler (vmapped per level); a candidate is trivial when the
-    first coordinate of its level is below 0.5."""
+    first coordinate of its level is below 0.5. Looped as the script's programs; calls records (loop steps, keys per
+    step) of each generator call."""
     def level(k):
         return jax.random.uniform(k, (3,))
 
-    def sample(keys):
-        calls.append(keys.shape[0])
-        return {"x": jax.vmap(level)(keys)}
+    envs = NamedSharding(m.env_mesh(), P("envs"))
+    looped_sample = jax.jit(m.looped(lambda keys: {"x": jax.vmap(level)(keys)}, envs))
+    looped_noop = jax.jit(m.looped(lambda keys: jax.vmap(jax.vmap(level))(
+        jax.vmap(functools.partial(m.candidate_keys, ratio=2))(keys))[..., 0] < 0.5, envs))
 
-    def noop_solved(keys):
-        cands = jax.vmap(functools.partial(m.candidate_keys, ratio=2))(keys)
-        return jax.vmap(jax.vmap(level))(cands)[..., 0] < 0.5
-    return m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample, "noop_solved": noop_solved})
+    def sample(keys, steps):
+        calls.append((steps, keys.shape[1]))
+        return looped_sample(keys, steps)
+    return m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample, "noop_solved": looped_noop})
 
 
 def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
@@ -228,7 +236,7 @@ def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
     programs, fresh_key = fake_programs(calls), jax.random.PRNGKey(7)
     args = m.Args(num_envs=8, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=16)  # 4 fresh levels per update
     got = m.fresh_levels(programs, args, fresh_key, 10, 3)["x"]  # updates 11, 12, 13; the 4th slot repeats the 3rd
-    assert got.shape == (4, 4, 3) and calls == [16]  # 12 levels in one call of 16, not three calls
+    assert got.shape == (4, 4, 3) and calls == [(1, 16)]  # 12 levels in one step of 16, not three calls
     for u in range(3):
         keys = m.level_keys(jax.random.fold_in(fresh_key, 10 + u), 0, 4)
         candidates = jax.vmap(jax.vmap(lambda k: jax.random.uniform(k, (3,))))(
@@ -238,8 +246,9 @@ def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
         trivial = np.asarray(candidates[:, 0] < 0.5)
         assert sum(trivial[rows]) == max(0, 4 - sum(~trivial))  # trivial ones only where too few others (a.s.)
     np.testing.assert_array_equal(got[3], got[2])
-    args.level_batch = 4  # several calls, same levels
+    args.level_batch = 4  # several steps of one call, same levels
     np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 10, 3)["x"], got)
+    assert calls[-1] == (3, 4)
     np.testing.assert_array_equal(m.fresh_levels(programs, args, fresh_key, 11, 2)["x"][:2], got[1:3])  # chunking
     args.level_filter_steps = 0  # no filter: level j is candidate 0 of key j
     plain = m.fresh_levels(programs, args, fresh_key, 10, 1)["x"][0]
@@ -283,16 +292,52 @@ def test_noop_filter_keeps_trivial_levels_at_kinetix_rate():
 
 
 def test_level_batch_is_per_device(monkeypatch):
-    """A generator call makes --level-batch levels per device: at 1M envs over many devices a few large calls."""
+    """A generator step makes --level-batch levels per device: at 1M envs over many devices a few large steps."""
     calls = []
     programs = fake_programs(calls)
     args = m.Args(num_envs=8, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=4, level_filter_steps=0)
     one = m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"]
-    assert calls == [4, 4, 4]
+    assert calls == [(3, 4)]
     monkeypatch.setattr(m.jax, "device_count", lambda: 3)
     calls.clear()
     np.testing.assert_array_equal(m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"], one)
-    assert calls == [12]
+    assert calls == [(1, 12)]
+
+
+def test_host_calls_for_levels_do_not_grow_with_the_envs(monkeypatch):
+    """Issue 36, item 9: making an update's fresh levels, or a scoring batch, costs the host the same compiled calls and
+    host <-> device copies at 16 and 64 envs (1 device, level batch 4): the filter and the generator loop over their
+    level-batch steps on the devices. Each counted program is one jitted program, and the level path runs no other
+    device work; before, every step of level-batch keys per device was its own host slice, transfer and call (here
+    2 filter + 2 generator calls + 1 stack and 4 transfers in at 16 envs, 8 + 8 + 1 and 16 at 64)."""
+    counts = collections.Counter()
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return call
+    for name in ("to_global", "fetch"):
+        monkeypatch.setattr(m, name, counted(name, getattr(m, name)))
+    program = m.level_program
+    monkeypatch.setattr(m, "level_program", lambda name, *static: counted(name, program(name, *static)))
+    steps = []
+    programs = fake_programs(steps)
+    programs = programs._replace(**{name: counted(name, getattr(programs, name)) for name in ("sample", "noop_solved")})
+    per_envs = {}
+    for envs in (16, 64):
+        args = m.Args(num_envs=envs, sfl_sample_ratio=0.5, updates_per_chunk=1, level_batch=4, sfl_num_levels=envs,
+                      sfl_filter_batch=envs // 2)
+        counts.clear()
+        m.fresh_levels(programs, args, jax.random.PRNGKey(3), 0, 1)
+        fresh = dict(counts)
+        counts.clear()
+        m.sample_levels(programs, args, jax.random.PRNGKey(4), envs // 2)
+        per_envs[envs] = fresh, dict(counts)
+    assert per_envs[16] == per_envs[64], per_envs
+    assert per_envs[16][0] == {"fetch": 1, "to_global": 1, "candidate_keys": 1, "noop_solved": 1, "chosen_keys": 1,
+                               "sample": 1, "place_levels": 1}  # the request's key (8 bytes) in, nothing out
+    assert [s for s, _ in steps] == [2, 2, 8, 8]  # the work grows: loop steps of 4 levels on the device
 
 
 def test_buffer_statistics_read_only_the_scores(monkeypatch):
@@ -536,7 +581,7 @@ def test_buffer_refresh_answers_a_stop_between_scoring_batches():
         asked.append(1)
         return len(asked) >= 2  # the signal arrives during the second of four batches
     assert m.refresh_buffer(programs, args, runner, jax.random.PRNGKey(0), 0, stopped) is None
-    assert calls == [4, 4]  # two batches generated and scored, not four
+    assert calls == [(1, 4), (1, 4)]  # two batches generated and scored, not four
     assert m.refresh_buffer(programs, args, runner, jax.random.PRNGKey(0), 0) is not None and len(calls) == 6
 
 
