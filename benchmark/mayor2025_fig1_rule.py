@@ -22,11 +22,12 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cleanrl_scaling.utils.aggregate import UsageError, load_runs, raw_values, run_stat  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, ".."), HERE]
+from _learning_comparison import bootstrap_difference  # noqa: E402  (the learning comparisons' rule, same resampling)
+from cleanrl_scaling.utils.aggregate import UsageError, load_runs, per_run_scores  # noqa: E402
 
 FINAL_FRAC = 0.1
-RESAMPLES = 10_000
 
 
 def parse_config(text: str) -> dict:
@@ -47,24 +48,14 @@ def parse_arm(text: str) -> tuple:
 
 def finals_of(runs: list, config: dict, metric: str) -> dict:
     """seed -> final value of every finished run whose config matches (the other flags are the figure's own)."""
+    members = [run for run in runs if all(run.value(k) == v for k, v in config.items())]
     out = {}
-    for run in runs:
-        if all(run.value(k) == v for k, v in config.items()):
-            steps, values = raw_values(run, metric)
-            value = run_stat(steps, values, "final", FINAL_FRAC, run.total_steps())
-            if np.isfinite(value):  # no value in the window: the run does not count (and the verdict waits)
-                out[int(run.value("seed"))] = value
-            else:
-                print(f"warning: {run.path}: no {metric} in the last {FINAL_FRAC:.0%} of its steps", file=sys.stderr)
+    for run, value in zip(members, per_run_scores(members, metric, "final", FINAL_FRAC, None)):
+        if np.isfinite(value):  # no value in the window: the run does not count (and the verdict waits)
+            out[int(run.value("seed"))] = value
+        else:
+            print(f"warning: {run.path}: no {metric} in the last {FINAL_FRAC:.0%} of its steps", file=sys.stderr)
     return out
-
-
-def bootstrap_difference(arm: list, base: list, resamples: int = RESAMPLES, seed: int = 0) -> tuple:
-    """95% percentile interval of mean(arm) - mean(base), each side's seeds resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(arm, float), np.asarray(base, float)
-    diffs = rng.choice(a, (resamples, len(a))).mean(1) - rng.choice(b, (resamples, len(b))).mean(1)
-    return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
 
 
 def judge(arm: list, base: list, sign: float = 1.0) -> tuple:
