@@ -37,7 +37,7 @@ def script_env(**extra) -> dict:
     knobs = ("DRY_RUN", "TOTAL", "TOTAL2", "FLAGS", "BUDGETS", "ITERATIONS", "NUM_ENVS_LIST", "SEEDS", "RUNS_DIR",
              "OUT_DIR", "WORKERS", "TOTAL_TIMESTEPS", "ENV_IDS", "GAMES", "LARGEST_BATCH", "MINIBATCH_SIZE", "SLURM",
              "SCALE", "EVERY", "STATES", "GAMMAS", "NUM_ENVS", "SCRIPT", "CLEANRL_COMPAT", "SIZES", "PRESETS",
-             "MINIBATCHES", "LRS", "COMS", "DIAGNOSTICS_EVERY", "BAND")
+             "MINIBATCHES", "LRS", "COMS", "DIAGNOSTICS_EVERY", "BAND", "EPSILONS", "PILOT_TASK_SEED")
     env = {k: v for k, v in os.environ.items() if k not in knobs}  # the scripts' knobs come from the test only
     env.update(PYTHON=sys.executable, PYTHONPATH=str(REPO), **{k: str(v) for k, v in extra.items()})
     return env

@@ -549,3 +549,26 @@ def test_m25_fig1c_laptop_runs_epochs_x2_and_reads_the_4_epoch_arms(tmp_path):
     means = {(r["group"], r["n"]): float(r["mean"]) for r in csv.DictReader(open(tmp_path / "fig" / "mayor2025_fig1c_curves.csv"))}
     assert means == {("epochs=4 N=8", "3"): 5.2, ("epochs=8 N=8", "3"): 1.2, ("epochs=8 N=32", "3"): 6.2,
                      ("epochs=4 N=32", "3"): 7.2}  # 3 seeds each, and 1a's 32x32 (99) did not join 1b's 32x128
+
+
+def test_b26_jax2d_pilot_grid_and_refusals(tmp_path):
+    """Issue 39's pilot: SCALE=laptop only; B26's 32 x 8 inner loop on 16 tasks of a task seed that is not the main
+    runs' (31), five COMs 4 apart and plain PPO at two epsilons, one seed, 200 updates; RESUME=1 resumes."""
+    out = dry_run("beukman2026_jax2d_pilot", SCALE="laptop", RUNS_DIR=tmp_path / "p", RESUME=1)
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    setting = {"task_seed": "152", "num_tasks": "16", "num_envs": "64", "num_steps": "128", "num_minibatches": "32",
+               "update_epochs": "8", "total_timesteps": str(64 * 128 * 200), "seed": "1", "eval_attempts": "10"}
+    assert all({k: r.get(k) for k in setting} == setting for r in runs), runs
+    arms = [(r.get("ewma_com", "0"), r.get("clip_coef", "0.2")) for r in runs]  # unset: the script's defaults
+    assert sorted(arms) == sorted([(c, "0.2") for c in ("4", "16", "64", "256", "1024")] + [("0", "0.2"), ("0", "0.8")])
+    assert "0 resumed from checkpoints" in out.stdout
+    no_ppo = [parse_flags(c) for c in commands(dry_run("beukman2026_jax2d_pilot", SCALE="laptop", EPSILONS="",
+                                                       RUNS_DIR=tmp_path / "q").stdout)]
+    assert len(no_ppo) == 5 and all("clip_coef" not in r for r in no_ppo)
+    for env, words in [(dict(), ["SCALE=paper", "laptop"]), (dict(SCALE="laptop", PILOT_TASK_SEED="31"), ["31"]),
+                       (dict(SCALE="laptop", COMS="16"), ["COMS=16"]),
+                       (dict(SCALE="laptop", FLAGS="--task-seed 3"), ["--task-seed"])]:
+        bad = dry_run("beukman2026_jax2d_pilot", RUNS_DIR=tmp_path / "x", **env)
+        err = bad.stderr.strip().splitlines()
+        assert bad.returncode == 2 and bad.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
