@@ -17,22 +17,24 @@
 #     update = 64 steps there) map to about 4, 16 and 64-256 here; 1024 (four updates old) is the "too high" side.
 #   - plain PPO (COM 0) at epsilon 0.2 (Table 2) and 0.8 (weak regularisation, Fig. 5b's plateau side): where PPO
 #     sits on the COM scale, and whether one epsilon grid could be placed from the same pilot (B26 App. B).
-#   - one seed; 1,638,400 steps (200 updates); evaluation every 20 updates with 10 sampled episodes per task
+#   - one seed; 1,638,400 steps (200 updates); evaluation every 40 updates with 10 sampled episodes per task
 #     (--eval-attempts 10: 160 episodes, standard error <= 0.04; the decisions use the training episodes, pooled
 #     over 20-update windows), diagnostics (KL to the behaviour policy, DDR, gradient norm) every 20 updates.
-# Cost, measured on this 2-core machine (docs/reproducing/beukman2026_jax2d_design.md#cost): a plain update 8.8 CPU-s,
-# a diagnostics update +10 CPU-s, one evaluation 2.8 CPU-s per attempt (28 for 10), start-up and compilation ~100
-# CPU-s: ~2,200 CPU-s (~0.6 CPU-hours) per run, 7 runs ~4.3 CPU-hours; WORKERS=2 runs two at once, ~2.2 hours' wall
-# on an otherwise idle machine (longer beside other jobs).
+# Cost, measured on this 2-core machine under load 7-16 (docs/reproducing/beukman2026_jax2d_design.md#cost): a plain
+# update 8.8 CPU-s, a probed (diagnostics) update +5-10 CPU-s, an evaluation 0.17 CPU-s per episode (~30 for 10
+# attempts), start-up and compilation ~100 CPU-s: ~2,110 CPU-s (~0.6 CPU-hours) per run, 7 runs ~4.1 CPU-hours
+# (EPSILONS=0.2: 3.5). WORKERS=2 (one core per run): four rounds of two, ~2.5 hours of wall time on an idle machine,
+# about twice that beside the load measured.
 # How its numbers place the main grid (the rule, written before the pilot runs): per run, the training solve rate
-# over 20-update windows; W1 = updates 1-20, MID = 81-100, FINAL = 181-200. Best COM C* = the COM with the highest
-# FINAL. A COM below C* *plateaus* if its best window is at least 0.03 above W1 (it learned), FINAL - MID <= 0.01 (it
-# stopped) and FINAL <= C*'s FINAL - 0.05; it *collapsed* if no window is 0.03 above W1. A COM above C* is *too high*
-# if FINAL <= C*'s FINAL - 0.05 and FINAL - MID > 0.01 (still rising). The main COM grid = x4 steps from the highest
-# plateauing COM to the lowest too-high COM, extended by one x4 step past any end the pilot did not bracket (C* at
-# the grid's end, or no plateauing COM); the main budget = 200 updates, 300 if the plateauing COM's FINAL - MID
-# exceeds 0.01 (it was still climbing at 200). Fig. 3a's low COM = the highest plateauing COM. Fig. 5b (epsilons) is
-# run only if epsilon 0.8 plateaus by the same test against epsilon 0.2 (or the reverse), as COMs do.
+# over 20-update windows; W1 = updates 1-20, MID = 81-100, FINAL = 181-200, BEST = its highest window. C* = the COM
+# with the highest FINAL. A COM below C* *plateaus* if BEST >= W1 + 0.03 (it learned), FINAL - MID <= 0.01 (it
+# stopped), FINAL >= BEST - 0.05 (it did not fall back) and FINAL <= FINAL(C*) - 0.05; it *collapsed* if BEST < W1 +
+# 0.03. A COM above C* is *too high* if FINAL <= FINAL(C*) - 0.05 and FINAL - MID > 0.01 (still rising). Main COM
+# grid = x4 steps from the highest plateauing COM (C_low) to the lowest too-high COM (C_high); an end the pilot did
+# not bracket (C* at the grid's top, or no COM too high; no COM plateaued) is extended by one x4 step (x2 above the
+# highest collapsing COM when nothing plateaued), and the page says the pilot did not bracket it. Main budget = 200
+# updates, 300 if C_low's FINAL - MID > 0.005 (still creeping at 200). Fig. 3a: C_low and C*. Fig. 5b (epsilons)
+# runs only if epsilon 0.8 plateaus against epsilon 0.2 by the same test.
 # Environment (see _beukman2026_common.sh): SCALE (laptop only), RUNS_DIR (runs/beukman2026_jax2d_pilot), OUT_DIR,
 # WORKERS, SEEDS (1), FLAGS, PYTHON, DRY_RUN, RESUME; TOTAL (steps per run), COMS and EPSILONS (comma-separated),
 # PILOT_TASK_SEED.
@@ -40,7 +42,7 @@
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_jax2d_pilot}
 SEEDS=${SEEDS:-1}; BAND=${BAND:-none}; TOTAL=${TOTAL:-1638400}; COMS=${COMS:-4,16,64,256,1024}
 EPSILONS=${EPSILONS-0.2,0.8}; PILOT_TASK_SEED=${PILOT_TASK_SEED:-152}
-FLAGS=${FLAGS:---num-tasks 16 --num-envs 64 --num-steps 128 --num-minibatches 32 --update-epochs 8 --eval-every 20 --eval-attempts 10 --diagnostics-every 20}
+FLAGS=${FLAGS:---num-tasks 16 --num-envs 64 --num-steps 128 --num-minibatches 32 --update-epochs 8 --eval-every 40 --eval-attempts 10 --diagnostics-every 20}
 LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
 positive_int TOTAL "$TOTAL"
