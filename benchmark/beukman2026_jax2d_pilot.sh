@@ -49,16 +49,17 @@ positive_int TOTAL "$TOTAL"
 [[ "$PILOT_TASK_SEED" =~ ^[0-9]+$ && "$PILOT_TASK_SEED" != 31 ]] || \
   die "PILOT_TASK_SEED=$PILOT_TASK_SEED: must be a task seed the main runs do not use (a whole number, not 31)"
 [[ "$COMS" =~ ^[0-9.]+(,[0-9.]+)+$ ]] || die "COMS=$COMS: must be two or more comma-separated centers of mass, e.g. 4,64,1024"
-[[ "$EPSILONS" =~ ^([0-9.]+(,[0-9.]+)*)?$ ]] || die "EPSILONS=$EPSILONS: must be comma-separated clipping epsilons (or empty)"
+[[ "$EPSILONS" =~ ^([0-9]*\.?[0-9]+(,[0-9]*\.?[0-9]+)*)?$ ]] || die "EPSILONS=$EPSILONS: must be comma-separated clipping epsilons (or empty)"
 one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
 not_in_flags ewma-com clip-coef task-seed total-timesteps
 ARMS=(); IFS=, read -r -a C <<< "$COMS"; IFS=, read -r -a E <<< "$EPSILONS"
 for com in "${C[@]}"; do ARMS+=(--flag-set "--ewma-com $com"); done
 for eps in "${E[@]}"; do ARMS+=(--flag-set "--clip-coef $eps"); done  # COM 0: plain PPO
 launch --job-name beukman2026_jax2d_pilot "${ARMS[@]}" -- --task-seed "$PILOT_TASK_SEED" --total-timesteps "$TOTAL"
-LABEL=(--label "COM {ewma_com}, ε {clip_coef}")
+LABEL=(--label "COM {ewma_com}, ε {clip_coef}")  # COM 0 is plain PPO: named so in the legend
+for eps in "${E[@]}"; do LABEL+=(--relabel "COM 0, ε $(printf %g "$eps")->PPO, ε $(printf %g "$eps")"); done
 aggregate curves --metric charts/train_solve_rate --group-by ewma_com clip_coef "${LABEL[@]}" --x global_step \
-  --smooth 20 --ylabel "solve rate, training episodes (20-update mean)" \
+  --smooth 20 --ylabel "solve rate (training, 20-update mean)" \
   --title "B26 on Jax2D, pilot (task seed $PILOT_TASK_SEED): COM and ε" --out "$OUT_DIR/beukman2026_jax2d_pilot"
 aggregate curves --metric charts/solve_rate --group-by ewma_com clip_coef "${LABEL[@]}" --x global_step \
   --ylabel "solve rate (evaluation)" --title "B26 on Jax2D, pilot: evaluation solve rate" \

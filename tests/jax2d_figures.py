@@ -27,7 +27,8 @@ FIGURES = {"3a": ["beukman2026_fig3a", "beukman2026_fig3a_train"], "4": ["beukma
            "5b": ["beukman2026_fig5b"], "6": ["beukman2026_fig6a", "beukman2026_fig6b"],
            "7": ["beukman2026_fig7a", "beukman2026_fig7b"], "8": ["beukman2026_fig8"],
            "9": ["beukman2026_fig9", "beukman2026_fig13", "beukman2026_fig14"],
-           "12": ["beukman2026_fig12a", "beukman2026_fig12b"]}
+           "12": ["beukman2026_fig12a", "beukman2026_fig12b"],
+           "jax2d_pilot": ["beukman2026_jax2d_pilot", "beukman2026_jax2d_pilot_eval", "beukman2026_jax2d_pilot_kl"]}
 def flags_for(fig: str) -> str:
     """FLAGS of the smoke configuration; Figs. 7 and 9 sweep --num-envs themselves (NUM_ENVS_LIST)."""
     return "--num-tasks 8 --num-steps 16" + ("" if fig in ("7", "9") else " --num-envs 8")
@@ -44,7 +45,9 @@ def script_env(**extra) -> dict:
 
 
 def run_script(fig: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "benchmark" / f"beukman2026_fig{fig}.sh")], capture_output=True,
+    """benchmark/beukman2026_fig{fig}.sh, or beukman2026_{fig}.sh for the scripts that are not one figure (the pilot)."""
+    name = f"beukman2026_{fig}" if fig.startswith("jax2d") else f"beukman2026_fig{fig}"
+    return subprocess.run(["bash", str(REPO / "benchmark" / f"{name}.sh")], capture_output=True,
                           text=True, env=script_env(**env), timeout=600)
 
 
@@ -122,6 +125,8 @@ def draw_every_figure(template: pathlib.Path, tmp_path: pathlib.Path) -> None:
                    ITERATIONS=3, NUM_ENVS_LIST="16 64", BUDGETS="2048 4096")
         if fig in ("7", "8"):
             del env["TOTAL"]
+        if fig == "jax2d_pilot":  # laptop only
+            env["SCALE"] = "laptop"
         populate(fig, runs_dir, template, env)
         if fig == "3a":  # phase 2 appears once phase 1 finished: one reload per run and COM, then written too
             reloads = [parse_flags(a) for a in populate(fig, runs_dir, template, env, sub="reloaded")]
@@ -177,6 +182,12 @@ def check_figure_numbers(out_dir: pathlib.Path) -> None:
     assert {(r["num_envs"], r["group"]) for r in fig7a} == {(n, f"COM {c}") for n in ("16", "64") for c in (2, 8, 32)}
     fig6b = read_csv(out_dir / "beukman2026_fig6b.csv")
     assert {r["clip_coef"] for r in fig6b} == {"0", "0.1", "0.2", "0.4"}  # the CSV writes 0.0 as 0
+    pilot = read_csv(out_dir / "beukman2026_jax2d_pilot_eval.csv")  # plain PPO named so; each arm ends at its value
+    groups = {f"COM {c}, ε 0.2": dict(ewma_com=float(c)) for c in (4, 16, 64, 256, 1024)}
+    groups.update({f"PPO, ε {e}": dict(ewma_com=0.0, clip_coef=e) for e in (0.2, 0.8)})
+    last = max(float(r["x"]) for r in pilot)
+    assert {r["group"] for r in pilot} == set(groups)
+    assert all(float(r["mean"]) == pytest.approx(expected(**groups[r["group"]])) for r in pilot if float(r["x"]) == last)
     for name in ("beukman2026_fig3a", "beukman2026_fig3a_train"):  # B26's legend: COM (starting COM)
         assert {r["group"] for r in read_csv(out_dir / f"{name}.csv")} == {
             "2", "32", "2 (2)", "32 (2)", "2 (32)", "32 (32)"}
