@@ -548,7 +548,7 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
 
 
 def test_benchmark_scripts_draw_their_figures(runs, tmp_path):
-    """Issue 17: each of the nine Jax2D figure scripts draws its figures (PNG, PDF, CSV) from finished run directories
+    """Issue 17: each of the nine Jax2D figure scripts and the issue-39 pilot draws its figures (PNG, PDF, CSV) from finished run directories
     in the exact format of this module's real tiny run (tests/jax2d_figures.py); the CSVs hold the known answers."""
     from jax2d_figures import draw_every_figure
 
