@@ -211,6 +211,8 @@ def check_common(cmp: Comparison, args, checkout_file: str):
         refuse(f"--total {args.total}: below one iteration of CleanRL's defaults ({cmp.batch} steps)")
     if len(set(args.seeds)) != len(args.seeds) or len(set(args.cleanrl_seeds)) != len(args.cleanrl_seeds):
         refuse("--seeds and --cleanrl-seeds: a seed given twice would run twice into the same log")
+    if not args.seeds and not args.cleanrl_seeds:
+        refuse("--seeds and --cleanrl-seeds both empty: nothing to run or summarise")
     if not args.summary_only and args.cleanrl_seeds and not os.path.exists(
             os.path.join(args.cleanrl or "", "cleanrl", checkout_file)):
         refuse(f"--cleanrl {args.cleanrl}: not a CleanRL checkout (no cleanrl/{checkout_file}); give one, "

@@ -28,6 +28,7 @@ then) give share = R / (R + T U), the preset's wall-time share of buffer updates
 counts.
 
   python benchmark/sfl_kinetix_scaling_probe.py [--num-envs 1024 4096 16384] [--skip-share]
+      [--skip-scaling] [--presets 2048 8192 65536 1m]
 XLA_FLAGS gets --xla_force_host_platform_device_count=8 for the child processes; --level-batch 128 (a compute knob
 only: at 1,024 the generator takes over 20 minutes to compile on this CPU). Page: docs/sfl_kinetix_jax.md
 """
@@ -196,11 +197,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--skip-share", action="store_true", help="only part 1 (host time against N)")
+    parser.add_argument("--skip-scaling", action="store_true", help="only part 2 (the filtering share)")
+    parser.add_argument("--presets", nargs="+", default=list(PRESET_COUNTS), help="part 2's presets")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         return child(opts.rest, opts.child)
+    unknown = [p for p in opts.presets if p not in PRESET_COUNTS]
+    if unknown:
+        refuse(f"--presets {' '.join(unknown)}: unknown; choose from {', '.join(PRESET_COUNTS)}")
+    if opts.skip_share and opts.skip_scaling:
+        refuse("--skip-share and --skip-scaling together leave nothing to run")
     for n in opts.num_envs:
         if n < 2 * DEVICES or n % (32 * DEVICES):
             refuse(f"--num-envs {n}: needs a multiple of {32 * DEVICES} (32 minibatches of whole trajectories, "
@@ -208,6 +216,13 @@ def main():
     logs = tempfile.mkdtemp(prefix="sfl_scaling_probe_")
     print(f"# sfl_kinetix_jax scaling probe, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {DEVICES} forced "
           f"CPU devices on {os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}; logs in {logs}")
+    if not opts.skip_scaling:
+        scaling_part(opts, logs)
+    if not opts.skip_share:
+        share_part(opts, logs)
+
+
+def scaling_part(opts, logs):
     print("\n## Part 1: host time per update against N (MLP, s, 16 steps, rho 0.5, mean of updates 2-3)")
     print("| num_envs | fresh levels / update | compiled calls / update | wall s / update | device s / update "
           "| host s / update | of which: making levels, log rows (count), rest | peak RSS GiB |")
@@ -232,12 +247,14 @@ def main():
     print(f"\n{verdict}: host time per update without log rows at {opts.num_envs[-1]:,} envs is {ratio:.2f}x that at "
           f"{opts.num_envs[0]:,} (rule: <= 1.5x) while device time grows {devices[-1] / devices[0]:.1f}x; with the "
           f"log rows {totals[-1] / totals[0]:.2f}x (largest/smallest over N: {max(totals) / min(totals):.2f}x)")
-    if opts.skip_share:
-        return
+
+
+def share_part(opts, logs):
     print(f"\n## Part 2: filtering share of wall time, presets scaled to {SHARE_ENVS} envs (256 steps, L = 512)")
     print("| preset | scaled N_sfl / K / filter batch | T | refresh R s | update U s | share R / (R + T U) |")
     print("|---|---|---:|---:|---:|---:|")
-    for preset, (envs, levels, k, batch, period) in PRESET_COUNTS.items():
+    for preset in opts.presets:
+        envs, levels, k, batch, period = PRESET_COUNTS[preset]
         factor = envs // SHARE_ENVS
         with tempfile.TemporaryDirectory() as runs:
             r = run_child(share_argv(preset, runs), 2, os.path.join(logs, f"share{preset}.log"))

@@ -5,7 +5,8 @@
 #      /usr/bin/time -v): wall, device (inside the compiled programs) and host (wall - device) time per update and peak
 #      RSS; PASS when host time at 16k is within 1.5x of host time at 1k while device time grows;
 #   2. the filtering share of wall time at the 2048, 8192, 65536 and 1m presets scaled down to 64 envs.
-#   bash benchmark/sfl_kinetix_scaling_probe.sh [--num-envs 1024 4096 16384] [--skip-share]
+#   bash benchmark/sfl_kinetix_scaling_probe.sh [--num-envs 1024 4096 16384] [--skip-share] [--skip-scaling]
+#       [--presets 2048 8192 65536 1m]
 # About 45 minutes on the shared 2-core machine with a warm compilation cache. Takes the machine's quiet lock
 # (/tmp/cleanrl_quiet). Page: docs/sfl_kinetix_jax.md ("Host work at scale: the scaling probe")
 set -euo pipefail

@@ -99,7 +99,8 @@ def test_no_verdict_until_every_seed_finished(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, needle", [(["--arms", "fast"], "--arms fast: unknown"),
                                           (["--seeds", "1", "1"], "a seed given twice"),
-                                          (["--cleanrl", "/nonexistent"], "not a CleanRL checkout")])
+                                          (["--cleanrl", "/nonexistent"], "not a CleanRL checkout"),
+                                          (["--seeds", "--cleanrl-seeds"], "both empty")])
 def test_bad_options_exit_2_with_one_line(tmp_path, argv, needle):
     out = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "ppo_atari_learning.py"),
                           "--out", str(tmp_path), *argv], capture_output=True, text=True)
