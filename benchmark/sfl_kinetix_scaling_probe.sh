@@ -7,7 +7,8 @@
 #   2. the filtering share of wall time at the 2048, 8192, 65536 and 1m presets scaled down to 64 envs.
 #   bash benchmark/sfl_kinetix_scaling_probe.sh [--num-envs 1024 4096 16384] [--skip-share] [--skip-scaling]
 #       [--presets 2048 8192 65536 1m]
-# About 45 minutes on the shared 2-core machine with a warm compilation cache. Takes the machine's quiet lock
+# On the shared 2-core machine with a warm compilation cache: part 1 about 45 minutes, part 2 about 70 (55 for the
+# last three presets under load 9-15). Takes the machine's quiet lock
 # (/tmp/cleanrl_quiet). Page: docs/sfl_kinetix_jax.md ("Host work at scale: the scaling probe")
 set -euo pipefail
 cd "$(dirname "$0")/.."
