@@ -1172,7 +1172,9 @@ def make_train(args) -> Train:
         env=env, env_params=env_params, static_params=static_params, network=network, mesh=mesh,
         probe_index=probe_index,
         init=jax.jit(init),  # one compiled program, not hundreds of eager ops
-        train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2, 3))),
+        # runner and probe come back placed as they went in (replicated): another placement compiles the next chunk again
+        train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2, 3),
+                                            out_shardings=(replicated, replicated, None, None))),
         sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
                                         in_shardings=in_calls, out_shardings=calls)),
         noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),

@@ -1420,9 +1420,11 @@ def chunk_compiles(argv, chunks: int = 3) -> dict:
             "devices": jax.device_count(), "finite": bool(np.isfinite(np.asarray(stats)[:args.updates_per_chunk]).all())}
 
 
+@pytest.mark.slow
 def test_train_chunk_compiles_once_on_one_device():
     """A chunk returns its state as it took it, so a run (and a resumed run) compiles the chunk once: not again on
-    the second chunk, inside the timed SPS, nor on a probed (diagnostics) chunk."""
+    the second chunk, inside the timed SPS, nor on a probed (diagnostics) chunk. Slow: tracing Kinetix's step for the
+    chunk takes about a minute here."""
     result = chunk_compiles(tiny(6, diagnostics_every=2))
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
 
