@@ -959,12 +959,17 @@ MAKE_TRAIN = m.make_train
 
 def shared_make_train(args):
     """m.make_train, once per program-relevant configuration: the in-process runs below then share the traced and
-    compiled programs (tracing Kinetix's level generator takes minutes here)."""
+    compiled programs (tracing Kinetix's level generator takes minutes here). The two most recent are kept, as the
+    lru_cache(maxsize=2) of the script's build() before make_train."""
     key = tuple((k, v) for k, v in sorted(dataclasses.asdict(args).items()) if k not in RUNTIME_FIELDS)
     key += (args.diagnostics_every > 0, args.num_iterations if args.anneal_lr else None)
-    if key not in shared_make_train.made:
-        shared_make_train.made[key] = MAKE_TRAIN(args)
-    return shared_make_train.made[key]
+    made = shared_make_train.made
+    if key not in made:
+        made[key] = MAKE_TRAIN(args)
+        while len(made) > 2:
+            made.pop(next(iter(made)))
+    made[key] = made.pop(key)  # the most recent last
+    return made[key]
 
 
 shared_make_train.made = {}
