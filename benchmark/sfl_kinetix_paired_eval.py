@@ -68,7 +68,7 @@ def paired_summary(initial: np.ndarray, final: np.ndarray) -> dict:
 class Run(NamedTuple):
     name: str
     args: Any
-    programs: Any
+    train: Any  # the script's make_train(args)
     checkpoint: dict
 
 
@@ -85,28 +85,27 @@ def load_run(run_dir: str) -> Run:
     m.apply_scaling(args, m.validate(args, argv))
     ckpt = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, m.signature(args),
                              flag=run_dir, implied=m.SIGNATURE_IMPLIED)
-    _, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
-    return Run(os.path.basename(os.path.normpath(run_dir)), args, programs, ckpt)
+    return Run(os.path.basename(os.path.normpath(run_dir)), args, m.make_train(args), ckpt)
 
 
 def policies(run: Run, levels) -> dict:
     """{"initial": the run's initial parameters (its seed, before any update), "final": its last checkpoint's}."""
     import jax
-    template = run.programs.init(jax.tree.map(lambda x: x[0], levels), run.args.seed)
+    template = run.train.init(jax.tree.map(lambda x: x[0], levels), run.args.seed)
     trained = m.restore_runner(template, run.checkpoint["runner"], run.name)
     return {"initial": template.train.params, "final": trained.train.params}
 
 
 def new_levels(run: Run, num_levels: int, level_seed: int):
     import jax
-    return m.fetch(m.sample_levels(run.programs, run.args, jax.random.PRNGKey(level_seed), num_levels))
+    return m.fetch(m.sample_levels(run.train, run.args, jax.random.PRNGKey(level_seed), num_levels))
 
 
 def solve_rates(run: Run, params, levels, attempts: int, level_seed: int) -> np.ndarray:
     """Per-level solve rates of one policy; the action keys depend only on --level-seed (common to all policies)."""
     import jax
     key = jax.random.PRNGKey(level_seed + 1)
-    solved = run.programs.first_solved(m.tile_attempts(levels, attempts), params, key)
+    solved = run.train.first_solved(m.tile_attempts(levels, attempts), params, key)
     return m.level_solve_rates(jax.device_get(solved), attempts)
 
 

@@ -109,13 +109,14 @@ def child(argv, updates):
             return out
         return call
 
-    build = m.build
+    make_train = m.make_train
+    timed_programs = {"train_chunk": "chunk", "sample": "sample", "noop_solved": "noop_solved", "score": "score",
+                      "merge": "merge"}  # make_train's field: the name it is reported under
 
-    def timed_build(cfg, buffer_size):
-        setup, static_params, programs = build(cfg, buffer_size)
-        return setup, static_params, programs._replace(**{
-            name: timed(getattr(programs, name), name) for name in ("chunk", "sample", "noop_solved", "score", "merge")})
-    m.build = timed_build
+    def timed_make_train(args):
+        train = make_train(args)
+        return train._replace(**{field: timed(getattr(train, field), name) for field, name in timed_programs.items()})
+    m.make_train = timed_make_train
     program = m.level_program  # the fresh levels' small programs: keys, picks, placement
     m.level_program = lambda name, *static: timed(program(name, *static), name)
 

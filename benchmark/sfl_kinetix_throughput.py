@@ -65,40 +65,41 @@ def timed(fn, *args):
     return out, time.time() - t
 
 
-def random_rollout_sps(setup, levels, num_steps, repeats):
+def random_rollout_sps(train, args, levels, num_steps, repeats):
     """The same env step as training (auto-reset to the env's level), with uniformly random valid actions."""
-    dims = jnp.asarray(m.action_layout(setup.env, setup.env_params)[0])
+    dims = jnp.asarray(m.action_layout(train.env, train.env_params)[0])
 
     def step(envs, key):
-        action = jax.random.randint(key, (setup.num_envs, dims.shape[0]), 0, dims)
-        return m.env_step(setup, envs, action)[0], None
+        action = jax.random.randint(key, (args.num_envs, dims.shape[0]), 0, dims)
+        return train.env_step(envs, action)[0], None
 
     @jax.jit
     def rollout(levels, key):
-        return jax.lax.scan(step, m.start_envs(setup, levels), jax.random.split(key, num_steps))[0]
+        return jax.lax.scan(step, train.start_envs(levels), jax.random.split(key, num_steps))[0]
     jax.block_until_ready(rollout(levels, jax.random.PRNGKey(0)))  # compile
     t = time.time()
     for i in range(repeats):
         envs = rollout(levels, jax.random.PRNGKey(i + 1))
     jax.block_until_ready(envs)
-    return repeats * num_steps * setup.num_envs / (time.time() - t)
+    return repeats * num_steps * args.num_envs / (time.time() - t)
 
 
-def train_sps(setup, programs, args, levels, repeats):
+def train_sps(train, args, levels, repeats):
     """Training SPS of the jitted chunk (level assignment, rollout, GAE, update) and its compile time; the runner it
     ends with (for the scoring program's parameters)."""
-    runner = programs.init(jax.tree.map(lambda x: x[0], levels), 1)
+    runner = train.init(jax.tree.map(lambda x: x[0], levels), 1)
     runner = runner.replace(buffer=m.top_k_levels(runner.buffer, levels, jnp.zeros(args.num_envs)))
     fresh = jax.tree.map(lambda x: x[None, :m.sfl_counts(args)[1]], levels)
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    obs = jax.tree.map(lambda x: x[:1], jax.vmap(setup.env.get_obs)(levels))
-    probe = m.empty_probe(setup, runner.train.params, obs, len(setup.probe_index))
-    (runner, probe, *_), compile_chunk = timed(programs.chunk, hyper, fresh, runner, probe, 1, -1)
-    runner, probe, *_ = jax.block_until_ready(programs.chunk(hyper, fresh, runner, probe, 1, -1))  # its own outputs
+    obs = jax.tree.map(lambda x: x[:1], jax.vmap(train.env.get_obs)(levels))
+    probe = m.empty_probe(train.network, runner.train.params, obs, len(train.probe_index),
+                          args.update_epochs * args.num_minibatches)
+    (runner, probe, *_), compile_chunk = timed(train.train_chunk, hyper, fresh, runner, probe, 1, -1)
+    runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, fresh, runner, probe, 1, -1))  # its own outputs
     t = time.time()
     for _ in range(repeats):
-        runner, probe, stats, _ = programs.chunk(hyper, fresh, runner, probe, 1, -1)
+        runner, probe, stats, _ = train.train_chunk(hyper, fresh, runner, probe, 1, -1)
     jax.block_until_ready(stats)
     return repeats * args.num_envs * args.num_steps / (time.time() - t), compile_chunk, runner
 
@@ -120,21 +121,22 @@ def xla_flops(compiled) -> float:
     return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
 
 
-def update_epoch_cost(setup, runner, levels, num_samples, repeats):
+def update_epoch_cost(train, args, runner, levels, num_samples, repeats):
     """One epoch at one minibatch = one Adam step on num_samples samples: XLA's FLOP count and its seconds alone."""
-    obs = jax.vmap(setup.env.get_obs)(levels)
+    obs = jax.vmap(train.env.get_obs)(levels)
     obs = jax.tree.map(lambda x: jnp.resize(x, (num_samples,) + x.shape[1:]), obs)
-    dims = m.action_layout(setup.env, setup.env_params)[0]
+    dims = m.action_layout(train.env, train.env_params)[0]
     key_a, key_b = jax.random.split(jax.random.PRNGKey(0))
     batch = m.Batch(obs=obs, action=jax.random.randint(key_a, (num_samples, len(dims)), 0, jnp.asarray(dims)),
                     logp=jnp.full(num_samples, -5.0), advantages=jax.random.normal(key_b, (num_samples,)),
                     returns=jnp.ones(num_samples), value=jnp.zeros(num_samples))
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    probe = m.empty_probe(setup, runner.train.params, jax.tree.map(lambda x: x[:1], obs), len(setup.probe_index))
+    probe = m.empty_probe(train.network, runner.train.params, jax.tree.map(lambda x: x[:1], obs), len(train.probe_index),
+                          args.update_epochs * args.num_minibatches)
     carry = m.UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
                           stopped=jnp.zeros((), bool))
-    step = jax.jit(lambda carry, batch: m.minibatch_step(setup, hyper, False, carry, batch)[0])
+    step = jax.jit(lambda carry, batch: train.minibatch_step(hyper, False, carry, batch)[0])
     compiled = step.lower(carry, batch).compile()
     carry = jax.block_until_ready(compiled(carry, batch))
     t = time.time()
@@ -175,36 +177,35 @@ def main():
     bounds = []
     for n in opts.num_envs:
         args = configure(n, opts.num_steps, opts.env_size)
-        setup, _, programs = m.build(m.build_config(args), args.sfl_buffer_size)
+        train = m.make_train(args)
         # first calls compile; each program is timed on a later call with the argument types the script passes
-        sample = functools.partial(m.sample_levels, programs, args)
+        sample = functools.partial(m.sample_levels, train, args)
         _, compile_sample = timed(sample, jax.random.PRNGKey(0), n)
         levels, sample_seconds = timed(sample, jax.random.PRNGKey(1), n)
-        rand = random_rollout_sps(setup, levels, opts.num_steps, opts.repeats)
-        train, compile_chunk, runner = train_sps(setup, programs, args, levels, opts.repeats)
+        rand = random_rollout_sps(train, args, levels, opts.num_steps, opts.repeats)
+        train_rate, compile_chunk, runner = train_sps(train, args, levels, opts.repeats)
         # the same chunk with 1 epoch: R + U and R + 8U give the update's share (rollout R, one epoch U)
         one = configure(n, opts.num_steps, opts.env_size, update_epochs=1)
-        setup_one, _, programs_one = m.build(m.build_config(one), one.sfl_buffer_size)
-        train_one = train_sps(setup_one, programs_one, one, levels, opts.repeats)[0]
-        score = functools.partial(programs.score, runner.train.params, levels)
+        train_one = train_sps(m.make_train(one), one, levels, opts.repeats)[0]
+        score = functools.partial(train.score, runner.train.params, levels)
         _, compile_score = timed(score, jax.random.PRNGKey(0))
         _, score_seconds = timed(score, jax.random.PRNGKey(1))
         per_level = sample_seconds / n
         per_score_step = score_seconds / (n * args.sfl_rollout_length)
-        share = filter_share(per_level, per_score_step, 1.0 / train)
-        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train:.0f} | {train / rand:.2f} | {train_one:.0f} "
+        share = filter_share(per_level, per_score_step, 1.0 / train_rate)
+        print(f"| {n} | {opts.num_steps} | {rand:.0f} | {train_rate:.0f} | {train_rate / rand:.2f} | {train_one:.0f} "
               f"| {train_one / rand:.2f} | {compile_chunk:.0f}, "
               f"{compile_sample:.0f}, {compile_score:.0f} | {per_level:.2e} | {per_score_step:.2e} | {share:.1%} |",
               flush=True)
-        bounds.append((n, rand, train, train_one, args.update_epochs,
-                       *update_epoch_cost(setup, runner, levels, n * opts.num_steps, opts.repeats)))
+        bounds.append((n, rand, train_rate, train_one, args.update_epochs,
+                       *update_epoch_cost(train, args, runner, levels, n * opts.num_steps, opts.repeats)))
     gemm = matmul_gflops(max(3, opts.repeats))
     print(f"\nCan 8 epochs reach the target here? Dense float32 matmul ({jax.device_count()} device(s)): {gemm:.1f} GFLOP/s")
     print("| num_envs | one epoch's update, GFLOP (XLA) | its seconds alone | GFLOP/s | share of the matmul rate | "
           "best ratio at 8 epochs, update at the matmul rate |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for n, rand, train, train_one, epochs, flops, seconds in bounds:
-        best = best_case_ratio(rand, train, train_one, epochs, flops / (n * opts.num_steps), gemm)
+    for n, rand, train_rate, train_one, epochs, flops, seconds in bounds:
+        best = best_case_ratio(rand, train_rate, train_one, epochs, flops / (n * opts.num_steps), gemm)
         print(f"| {n} | {flops / 1e9:.2f} | {seconds:.3f} | {flops / seconds / 1e9:.1f} | "
               f"{flops / seconds / 1e9 / gemm:.0%} | {best:.2f} |", flush=True)
 

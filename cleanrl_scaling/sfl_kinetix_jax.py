@@ -1,8 +1,17 @@
-# SFL (Rutherford et al. 2024, "No Regrets") on Kinetix's random-level distributions, from 2048 to 1M parallel
-# environments (B26 §6, App. D-F): PPO trains on levels of which a fraction rho comes from a buffer of the K most
-# learnable levels, refilled every T updates by scoring N fresh random levels with the current policy. The PPO update
-# is jitted (PureJaxRL style); a host loop around chunks of updates samples levels, refills the buffer, logs,
-# evaluates and checkpoints. Docs: docs/sfl_kinetix_jax.md
+"""SFL (Rutherford et al. 2024, "No Regrets") on Kinetix's random-level distributions, from 2048 to 1M parallel
+environments (B26 §6, App. D-F): PPO trains on levels of which a fraction rho comes from a buffer of the K most
+learnable levels, refilled every T updates by scoring N fresh random levels with the current policy.
+PureJaxRL's shape: make_train(args) returns the jitted pieces (a chunk of PPO updates, the level generator and its
+no-op filter, the scoring rollout, the buffer merge, the evaluation), and a host loop runs the SFL iterations around
+them: refresh the buffer, a chunk of updates, log, evaluate, checkpoint.
+
+    python cleanrl_scaling/sfl_kinetix_jax.py --env-size s --preset 2048
+
+Docs: docs/sfl_kinetix_jax.md. Read top to bottom: Args and the presets, then the algorithm (the environment and its
+random levels, the network, the SFL buffer, GAE, the loss and the minibatches, make_train: rollout, update, scoring,
+evaluation; diagnostics; main); below the marked line, the infrastructure every script shares, then this script's
+multi-host helpers and the layout of level generation on the devices.
+"""
 import contextlib
 import dataclasses
 import functools
@@ -16,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Callable, Literal, NamedTuple, Optional
 
 import numpy as np
 import tyro
@@ -206,12 +215,1592 @@ class Args(ScalingArgs, RunArgs):
     # to be filled in runtime
     batch_size: int = 0
     """the batch size (computed in runtime)"""
-    minibatch_size_resolved: int = 0
-    """the minibatch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Presets: B26 Table 3 (SFL), Table 2 (PPO) and App. D (the 1M-env hybrid recipe)
+# ---------------------------------------------------------------------------------------------------------
+B26_PPO = {"learning_rate": 5e-5, "max_grad_norm": 0.5, "gamma": 0.995, "gae_lambda": 0.9, "num_steps": 256,
+           "update_epochs": 8, "num_minibatches": 32, "clip_coef": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}  # Table 2
+PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buffer size), L, rho
+    "2048": {"num_envs": 2048, "sfl_num_levels": 12288, "sfl_update_period": 128, "sfl_buffer_size": 1024},
+    # 8192 and 65536: B26's recipe (App. D: same minibatch size and lr, more minibatches); our reading, the paper
+    # states the hybrid recipe only for 1M
+    # from 8192 on, N is scored in calls of 32,768 levels (8 of Kinetix's per-device 4,096), not 64-1,024 calls
+    "8192": {"num_envs": 8192, "sfl_num_levels": 262144, "sfl_update_period": 256, "sfl_buffer_size": 8192,
+             "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
+    "65536": {"num_envs": 65536, "sfl_num_levels": 262144, "sfl_update_period": 32, "sfl_buffer_size": 8192,
+              "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
+    # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4
+    "1m": {"num_envs": 1048576, "sfl_num_levels": 4194304, "sfl_update_period": 2, "sfl_buffer_size": 8192,
+           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288},
+}
+for _preset in PRESETS.values():
+    _preset.update({"sfl_rollout_length": 512, "sfl_sample_ratio": 0.5, **B26_PPO})
+
+
+def given_flags(argv: list) -> set:
+    """Field names of the flags written on the command line (--x, --x=v, --no-x)."""
+    names = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0].replace("-", "_")
+            names.add(name)
+            if name.startswith("no_"):
+                names.add(name[3:])
+    return names
+
+
+def apply_preset(args, argv: list) -> None:
+    check(args.preset == "none" or args.preset in PRESETS,
+          f"--preset {args.preset!r} is not one of none, {', '.join(PRESETS)}")
+    if args.preset == "none":
+        return
+    given = given_flags(argv)
+    for name, value in PRESETS[args.preset].items():
+        if name not in given:  # a flag on the command line wins over the preset
+            setattr(args, name, value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment: Kinetix with multi-discrete actions; every env auto-resets to the level it was given
+# ---------------------------------------------------------------------------------------------------------
+ENV_SIZES = ("s", "m", "l")
+NETWORKS = ("transformer", "mlp")
+OBS_DTYPES = ("float32", "bfloat16")
+
+
+def make_env(env_size: str, network: str, episode_length: int = 256, obs_dtype: str = "float32"):
+    """Symbolic-entity observations for the transformer, symbolic-flat ones for the MLP; Kinetix's env settings
+    (dense reward scale 0.2, frame skip 2 from its env configs; 256-step episodes)."""
+    from kinetix.environment.env import make_kinetix_env
+    from kinetix.environment.env_state import EnvParams
+    from kinetix.environment.spaces import ActionType, ObservationType
+    from kinetix.environment.utils import static_env_params_from_size
+    static_params = static_env_params_from_size(env_size)
+    env_params = EnvParams().replace(dense_reward_scale=0.2, max_timesteps=episode_length)
+    obs_type = ObservationType.SYMBOLIC_ENTITY if network == "transformer" else ObservationType.SYMBOLIC_FLAT
+    env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params, auto_reset=False)
+    return ObsEnv(env, network == "transformer", jnp.dtype(obs_dtype)), env_params, static_params
+
+
+class EntityObs(struct.PyTreeNode):
+    """Kinetix's symbolic-entity observation as its network reads it: per-entity features and presence, the shapes each
+    joint and thruster acts on (without them the relative joint and thruster features do not say which body a motor or
+    thruster moves) and the four [S, S] attention masks over the shapes (all, not colliding, jointed, in contact)."""
+    polygons: jnp.ndarray
+    circles: jnp.ndarray
+    joints: jnp.ndarray
+    thrusters: jnp.ndarray
+    polygon_mask: jnp.ndarray
+    circle_mask: jnp.ndarray
+    joint_mask: jnp.ndarray
+    thruster_mask: jnp.ndarray
+    attention_mask: jnp.ndarray  # [4, S, S] bool, shapes = polygons then circles
+    joint_indexes: jnp.ndarray  # [2J, 2] int: (shape the message goes to, the other shape); both ends of each joint
+    thruster_indexes: jnp.ndarray  # [R] int: the shape each thruster is fixed to
+
+
+NO_TIME_LIMIT = 2**30  # Kinetix's own time limit, lifted: ObsEnv applies --episode-length itself
+
+
+class ObsEnv:
+    """Kinetix's env with the observation the network reads (EntityObs, or the flat one), its float parts in
+    --obs-dtype; it applies the time limit itself, so that info["terminated"] says whether the episode ended by the
+    goal, a hazard or a NaN, also on the last step (where Kinetix's done cannot tell)."""
+
+    def __init__(self, env, entity: bool, dtype):
+        self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
+
+    def action_space(self, params):
+        return self.env.action_space(params)
+
+    def get_obs(self, state):
+        return self.compact(self.env.get_obs(state))
+
+    def step_env(self, rng, state, action, params):
+        obs, state, reward, terminated, info = self.env.step_env(rng, state, action,
+                                                                 params.replace(max_timesteps=NO_TIME_LIMIT))
+        done = terminated | (state.timestep >= params.max_timesteps)
+        return self.compact(obs), state, reward, done, {**info, "terminated": terminated}
+
+    def compact(self, obs):
+        if self.entity:
+            obs = EntityObs(**{f.name: getattr(obs, f.name) for f in dataclasses.fields(EntityObs)})
+        return jax.tree.map(lambda x: store_obs(x, self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, obs)
+
+
+def store_obs(x, dtype):
+    """bfloat16 observations are kept as their bits (uint16): XLA's CPU backend converted a stored bfloat16 batch back
+    to float32 all at once (both copies alive), but does not move the decode of a gathered minibatch out of the loop."""
+    return x if dtype == jnp.float32 else jax.lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.uint16)
+
+
+def read_obs(x):
+    """What the network computes on: float32 (bfloat16 bits decoded, masks left alone)."""
+    if x.dtype == jnp.uint16:
+        return jax.lax.bitcast_convert_type(x, jnp.bfloat16).astype(jnp.float32)
+    return x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+
+def action_layout(env, env_params):
+    """Choices per action dimension (3 per motor, 2 per thruster) and the [D, A] mask of valid choices."""
+    dims = np.asarray(env.action_space(env_params).number_of_dims_per_distribution)
+    mask = np.arange(dims.max())[None, :] < dims[:, None]
+    return dims, mask
+
+
+def tree_select(cond, on_true, on_false):
+    """Per-env select between two batched pytrees (cond: [N])."""
+    return jax.tree.map(lambda a, b: jnp.where(cond.reshape(cond.shape + (1,) * (a.ndim - 1)), a, b), on_true, on_false)
+
+
+def tree_take(tree, idx):
+    return jax.tree.map(lambda x: x[idx], tree)
+
+
+def tree_concat(trees):
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *trees)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Random levels: Kinetix's generator behind its no-op filter, a level a function of its key (the layout of the
+# generation on the devices is below the marked line)
+# ---------------------------------------------------------------------------------------------------------
+def handmade_level_names(env_size: str) -> list:
+    """The hand-designed levels the package ships for this size (levels/{s,m,l}/*.json: Kinetix's eval sets)."""
+    import kinetix
+    folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", env_size)
+    return sorted(f"{env_size}/{os.path.basename(p)[:-len('.json')]}" for p in glob.glob(os.path.join(folder, "*.json")))
+
+
+def load_handmade_levels(env_size: str, static_params):
+    from kinetix.util.saving import load_evaluation_levels
+    levels, _ = load_evaluation_levels(handmade_level_names(env_size), static_env_params_override=static_params)
+    return levels
+
+
+class LevelSampler(NamedTuple):
+    """Kinetix's random level generator behind its no-op filter, for one level per key (B26 §6)."""
+    env: Any
+    env_params: Any
+    static_params: Any
+    filter_ratio: int
+    filter_steps: int
+
+
+def noop_solves(sampler: LevelSampler, level) -> jnp.ndarray:
+    """Does the first episode of the all-zero action (motors and thrusters off) end on the goal within the filter's
+    steps? Such levels teach nothing, so the filter avoids them (Kinetix's level_filter_n_steps)."""
+    env, params = sampler.env, sampler.env_params
+    action = jnp.zeros(env.action_space(params).shape, jnp.int32)
+
+    def step(carry, _):
+        state, ended, solved = carry
+        _, state, reward, done, _ = env.step_env(None, state, action, params)
+        first = done & ~ended
+        return (state, ended | done, solved | (first & (reward > 0.5))), None
+
+    (_, _, solved), _ = jax.lax.scan(step, (level, jnp.zeros((), bool), jnp.zeros((), bool)), None, sampler.filter_steps)
+    return solved
+
+
+def candidate_keys(key, ratio: int):
+    """The keys of a level's `ratio` candidates for the no-op filter (the first one is the level when not filtering)."""
+    return jax.random.split(key, ratio + 1)[1:]
+
+
+def random_level(sampler: LevelSampler, key):
+    """One level of Kinetix's random distribution, a function of its key only."""
+    from kinetix.environment.ued.distributions import sample_kinetix_level
+    from kinetix.environment.ued.ued_state import UEDParams
+    engine = sampler.env.physics_engine  # built outside the trace (it precomputes index arrays)
+    return sample_kinetix_level(key, engine, sampler.env_params, sampler.static_params, UEDParams())
+
+
+def candidates_noop_solved(sampler: LevelSampler, key):
+    """[ratio] bools: which of the level's candidates a no-op solves."""
+    levels = jax.vmap(functools.partial(random_level, sampler))(candidate_keys(key, sampler.filter_ratio))
+    return jax.vmap(functools.partial(noop_solves, sampler))(levels)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def pick_candidates(key, trivial, count: int):
+    """Kinetix's no-op filter over a whole request: `count` of its candidates drawn without replacement, weight 1 each,
+    0.001 when a no-op solves it (Gumbel top-k = successive weighted draws); trivial [C] -> indexes [count]. A trivial
+    candidate survives only where the request has fewer than `count` others."""
+    logw = jnp.where(trivial, math.log(0.001), 0.0)
+    return jax.lax.top_k(logw + jax.random.gumbel(key, logw.shape), count)[1]
+
+
+def level_keys(key, start: int, count: int):
+    """Key of level j of a request: fold_in(key, j), whatever the batching."""
+    return jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(start, start + count, dtype=jnp.uint32))
+
+
+def sample_levels(train, args, key, n: int):
+    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call); split evenly over
+    the devices when they divide n, else replicated."""
+    return random_levels(train, args, key, None, 1, n, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Agent: a permutation-invariant entity transformer (default) or the flat observation, then actor and critic MLPs
+# ---------------------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out_size: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        hidden = []
+        for _ in range(self.num_layers):
+            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            hidden.append(x)
+        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
+
+
+class Gate(nn.Module):
+    """GTrXL's GRU-style gate (Parisotto et al. 2020), as Kinetix's transformer layers use it: the residual x and the
+    layer output y mix through reset and update gates instead of x + y."""
+    width: int
+
+    @nn.compact
+    def __call__(self, x, y):
+        def lin(name, v):
+            return nn.Dense(self.width, use_bias=False, name=name)(v)
+        r = jax.nn.sigmoid(lin("wr", y) + lin("ur", x))
+        z = jax.nn.sigmoid(lin("wz", y) + lin("uz", x) - self.param("bias", nn.initializers.zeros, (self.width,)))
+        h = jnp.tanh(lin("wg", y) + lin("ug", r * x))
+        return (1.0 - z) * x + z * h
+
+
+def gather_shapes(x, index):
+    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at."""
+    return jnp.take_along_axis(x, index[..., None], axis=-2)
+
+
+def scatter_add_shapes(x, index, messages):
+    """x [..., S, E] + messages [..., K, E] added to the shapes `index` [..., K] names (several may hit one shape)."""
+    one_hot = jax.nn.one_hot(index, x.shape[-2], dtype=x.dtype)  # [..., K, S]: a sum, independent of entry order
+    return x + jnp.einsum("...ks,...ke->...se", one_hot, messages)
+
+
+class EntityTransformer(nn.Module):
+    """Kinetix's permutation-invariant entity network (models/transformer_model.py at its SFL config: dummy_and_mean,
+    no feed-forward expansion, gated, single-layer joint/thruster mixing): shape tokens (polygons then circles, each
+    tagged with its kind) plus a constant summary token; per layer, gated masked self-attention over the shapes, then
+    every joint's message (both shapes and the joint) added into the shape it acts on and every thruster's (its shape
+    and the thruster) into its shape; out: the mean over the summary token and the present shapes. No positions, so
+    the output does not depend on the order of the entities."""
+    embed_dim: int
+    attention_size: int
+    num_heads: int
+    depth: int
+
+    @nn.compact
+    def __call__(self, obs):
+        e = self.embed_dim
+
+        def embed(name, features, width):
+            dense = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"embed_{name}")
+            return jnp.tanh(dense(features))
+
+        def shape_tokens(name, features, kind):
+            h = embed(name, features, e - 1)
+            return jnp.concatenate([h, jnp.full(h.shape[:-1] + (1,), kind, h.dtype)], axis=-1)
+        shapes = jnp.concatenate([shape_tokens("polygons", obs.polygons, 1.0),
+                                  shape_tokens("circles", obs.circles, 0.0)], axis=-2)
+        batch = shapes.shape[:-2]
+        x = jnp.concatenate([jnp.ones(batch + (1, e), shapes.dtype), shapes], axis=-2)
+        present = jnp.concatenate([jnp.ones(batch + (1,), bool), obs.polygon_mask.astype(bool),
+                                   obs.circle_mask.astype(bool)], axis=-1)
+        # the summary token attends to and is seen by every present shape; the observation's 4 masks cover the shapes
+        masks = obs.attention_mask.astype(bool)
+        num_masks, s = masks.shape[-3], present.shape[-1]
+        full = jnp.ones(batch + (num_masks, s, s), bool).at[..., 1:, 1:].set(masks)
+        full = full & present[..., None, :, None] & present[..., None, None, :]
+        full = jnp.repeat(full, self.num_heads // num_masks, axis=-3)  # heads 2m, 2m+1 use mask m (8 heads)
+        joints, thrusters = embed("joints", obs.joints, e), embed("thrusters", obs.thrusters, e)
+        # +1: the summary token is shape 0
+        joint_to, joint_from = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1
+        thruster_on = obs.thruster_indexes + 1
+        for i in range(self.depth):
+            y = nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.attention_size, out_features=e,
+                                                name=f"attn_{i}")(nn.LayerNorm(name=f"ln_attn_{i}")(x), mask=full)
+            y = Gate(e, name=f"gate_attn_{i}")(x, jax.nn.relu(y))
+            h = nn.Dense(e, name=f"dense_{i}")(nn.LayerNorm(name=f"ln_dense_{i}")(y))
+            x = Gate(e, name=f"gate_dense_{i}")(y, jax.nn.relu(h))
+            joint_msg = nn.Dense(e, name=f"joint_{i}")(jnp.concatenate(
+                [gather_shapes(x, joint_to), gather_shapes(x, joint_from), joints], axis=-1))
+            thruster_msg = nn.Dense(e, name=f"thruster_{i}")(jnp.concatenate(
+                [gather_shapes(x, thruster_on), thrusters], axis=-1))
+            x = scatter_add_shapes(x, joint_to, joint_msg * obs.joint_mask[..., None])
+            x = scatter_add_shapes(x, thruster_on, thruster_msg * obs.thruster_mask[..., None])
+        weights = present[..., None].astype(x.dtype)
+        return (x * weights).sum(-2) / weights.sum(-2)
+
+
+class ActorCritic(nn.Module):
+    action_mask: Any  # numpy [D, A] bool
+    network: str
+    hidden_size: int
+    num_layers: int
+    embed_dim: int = 128
+    attention_size: int = 16
+    num_heads: int = 8
+    depth: int = 2
+
+    @nn.compact
+    def __call__(self, obs):
+        """obs -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
+        obs = jax.tree.map(read_obs, obs)
+        if self.network == "mlp":
+            x = obs
+        else:
+            x = EntityTransformer(self.embed_dim, self.attention_size, self.num_heads, self.depth)(obs)
+        d, a = self.action_mask.shape
+        logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(x)
+        value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(x)
+        logits = jnp.where(self.action_mask, logits.reshape(x.shape[:-1] + (d, a)), -1e9)
+        return logits, value[..., 0], actor_hidden, critic_hidden
+
+
+def log_prob(logits, actions):
+    """Multi-discrete log-probability: the sum over action dimensions."""
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0].sum(-1)
+
+
+def entropy(logits):
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    return -(jnp.exp(logp_all) * logp_all).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFL: learnability, the top-K buffer, and which level each env plays (Rutherford et al. 2024; B26 §6, Table 3)
+# ---------------------------------------------------------------------------------------------------------
+def solve_rates(episodes_done, episodes_solved):
+    """p per level = solved / completed episodes of its rollout; a level with no completed episode has p = 0."""
+    return jnp.where(episodes_done > 0, episodes_solved / jnp.maximum(episodes_done, 1), 0.0)
+
+
+def learnability(p):
+    """Rutherford et al. 2024: p(1 - p), highest for levels solved half the time (neither too easy nor too hard)."""
+    return p * (1.0 - p)
+
+
+class LevelBuffer(struct.PyTreeNode):
+    levels: Any  # EnvState [K]
+    score: jnp.ndarray  # [K] learnability p(1-p)
+    p: jnp.ndarray  # [K] solve rate of the scoring rollout
+
+
+def top_k_levels(buffer: LevelBuffer, levels, p) -> LevelBuffer:
+    """Merge scored levels into the buffer and keep the K highest learnability; equal learnability prefers the higher
+    solve rate (as Kinetix's tie-break), then the earlier entry. Running, so N levels never need to be in memory."""
+    k = buffer.score.shape[0]
+    score = jnp.concatenate([buffer.score, learnability(p)])
+    rate = jnp.concatenate([buffer.p, p])
+    order = jnp.lexsort((jnp.arange(score.shape[0]), -rate, -score))[:k]  # last key is the primary one
+    kept = order < k
+
+    def pick(old, new):  # K picks from each side: concatenating the sharded batch gathered all of it on every device
+        chosen = kept.reshape(kept.shape + (1,) * (old.ndim - 1))
+        return jnp.where(chosen, old[jnp.minimum(order, k - 1)], new[jnp.maximum(order - k, 0)])
+    return LevelBuffer(levels=jax.tree.map(pick, buffer.levels, levels), score=score[order], p=rate[order])
+
+
+def empty_buffer(levels, k: int) -> LevelBuffer:
+    """Placeholder entries with score -1: any scored level (learnability >= 0) replaces them."""
+    return LevelBuffer(levels=jax.tree.map(lambda x: jnp.zeros((k,) + x.shape[1:], x.dtype), levels),
+                       score=jnp.full(k, -1.0), p=jnp.zeros(k))
+
+
+def buffer_stats(buffer: LevelBuffer) -> dict:
+    """The buffer's statistics from its scores alone: its K levels stay on the devices."""
+    score, p = (np.asarray(x) for x in fetch((buffer.score, buffer.p)))
+    return {"sfl/learnability_mean": float(score.mean()), "sfl/learnability_max": float(score.max()),
+            "sfl/frac_learnable": float(np.mean((p > 0) & (p < 1))), "sfl/solve_rate_mean": float(p.mean())}
+
+
+def level_blocks(num_from_buffer: int, num_fresh: int) -> int:
+    """g = gcd(B, F): the envs' blocks of level assignment, each of B/g buffer and F/g fresh levels. It depends on B and
+    F only, never on the device count, so one device gives the result of many (SPEC §7)."""
+    return math.gcd(num_from_buffer, num_fresh)
+
+
+def assign_levels(key, buffer_levels, fresh, num_from_buffer: int, shard=lambda x: x):
+    """The levels of one update (B26 §6): the N = B + F envs form g = level_blocks(B, F) blocks of N/g neighbours;
+    block i plays fresh levels iF/g ... (i+1)F/g - 1 and B/g levels drawn uniformly from the (replicated) buffer, at
+    random positions within the block, so exactly B = round(rho N) envs play buffer levels and each does with
+    probability rho. No block reads another's levels: when the devices divide g (shard lays the block axis over them)
+    every level stays on its device, where a permutation over all N envs moved every level to every device."""
+    if num_from_buffer == 0:  # --no-sfl: env i plays fresh level i
+        return fresh
+    num_fresh = jax.tree.leaves(fresh)[0].shape[0]
+    blocks = level_blocks(num_from_buffer, num_fresh)
+    size = (num_fresh + num_from_buffer) // blocks
+    key_pick, key_perm = jax.random.split(key)
+    k = jax.tree.leaves(buffer_levels)[0].shape[0]
+    picks = shard(jax.random.randint(key_pick, (blocks, num_from_buffer // blocks), 0, k))
+    slots = jnp.broadcast_to(jnp.arange(size), (blocks, size))  # in a block: F/g fresh slots, then B/g buffer ones
+    order = shard(jax.random.permutation(key_perm, slots, axis=1, independent=True))
+
+    def one(f, b):
+        own = shard(f.reshape((blocks, num_fresh // blocks) + f.shape[1:]))  # [g, F/g, ...]: its fresh levels
+        block = jnp.concatenate([own, b[picks]], axis=1)  # [g, N/g, ...]
+        placed = jnp.take_along_axis(block, order.reshape(order.shape + (1,) * (f.ndim - 1)), axis=1)
+        return placed.reshape((-1,) + f.shape[1:])
+    return jax.tree.map(one, fresh, buffer_levels)
+
+
+def shard_blocks(mesh: Mesh, x):
+    """assign_levels' block axis over the devices when they divide it (else GSPMD places the blocks: correct, not
+    local)."""
+    if x.shape[0] % mesh.size:
+        return x
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("envs")))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# State: named pytrees instead of positional tuples
+# ---------------------------------------------------------------------------------------------------------
+class TrainState(struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+    prox_params: Any  # theta_prox, the EWMA of theta (B26 §2.2); equal to params when --ewma-com 0
+
+
+class EnvBatch(struct.PyTreeNode):
+    state: Any  # EnvState [N]
+    obs: Any  # [N, ...] observation pytree
+    level: Any  # EnvState [N]: where each env resets to
+    level_obs: Any
+    ep_return: jnp.ndarray  # [N] return of the running episode
+    ep_length: jnp.ndarray  # [N]
+
+
+class RunnerState(struct.PyTreeNode):
+    train: TrainState
+    buffer: LevelBuffer
+    key: jnp.ndarray  # the training RNG stream (diagnostics, evaluation and level sampling never draw from it)
+
+
+class Transition(NamedTuple):
+    obs: Any
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    value: jnp.ndarray
+    reward: jnp.ndarray
+    done: jnp.ndarray  # the episode ended after this step
+    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN (also on the last step): never bootstrapped
+    next_value: jnp.ndarray  # V(true next observation): bootstraps a time-limit cut with --bootstrap-time-limit
+
+
+class Episodes(NamedTuple):
+    done: jnp.ndarray  # [T, N]
+    ep_return: jnp.ndarray
+    ep_length: jnp.ndarray
+    solved: jnp.ndarray  # the episode ended touching the goal
+
+
+EPISODE_ROWS = 1024  # per-episode log rows per iteration; beyond, one row of aggregates (logging O(1) in N)
+
+
+class EpisodeStats(NamedTuple):
+    """One update's finished episodes, reduced on the device: counts, sums, extremes, and the first EPISODE_ROWS
+    episodes in time-major order (what the host logs one by one when there are no more)."""
+    count: jnp.ndarray
+    solved: jnp.ndarray
+    return_sum: jnp.ndarray
+    return_min: jnp.ndarray
+    return_max: jnp.ndarray
+    length_sum: jnp.ndarray
+    length_min: jnp.ndarray
+    length_max: jnp.ndarray
+    first_return: jnp.ndarray  # [min(EPISODE_ROWS, T N)]
+    first_length: jnp.ndarray
+
+
+def episode_stats(episodes: Episodes) -> EpisodeStats:
+    done = episodes.done.ravel()
+    ret, length = episodes.ep_return.ravel(), episodes.ep_length.ravel()
+    first = jnp.nonzero(done, size=min(EPISODE_ROWS, done.shape[0]), fill_value=0)[0]
+    lo, hi = jnp.finfo(jnp.float32).max, jnp.iinfo(jnp.int32).max
+    return EpisodeStats(count=done.sum(), solved=(done & episodes.solved.ravel()).sum(),
+                        return_sum=jnp.where(done, ret, 0.0).sum(), return_min=jnp.where(done, ret, lo).min(),
+                        return_max=jnp.where(done, ret, -lo).max(), length_sum=jnp.where(done, length, 0).sum(),
+                        length_min=jnp.where(done, length, hi).min(), length_max=jnp.where(done, length, -hi).max(),
+                        first_return=ret[first], first_length=length[first])
+
+
+def episode_rows(stats: EpisodeStats, i: int) -> list:
+    """Update i's episode log rows (SPEC §4): one per finished episode up to EPISODE_ROWS, else one row of the mean
+    with _count, _min and _max."""
+    count = int(stats.count[i])
+    if count <= EPISODE_ROWS:
+        return [{"charts/episodic_return": r, "charts/episodic_length": n}
+                for r, n in zip(stats.first_return[i][:count], stats.first_length[i][:count])]
+    return [{"charts/episodic_return": stats.return_sum[i] / count, "charts/episodic_return_count": count,
+             "charts/episodic_return_min": stats.return_min[i], "charts/episodic_return_max": stats.return_max[i],
+             "charts/episodic_length": stats.length_sum[i] / count, "charts/episodic_length_min": stats.length_min[i],
+             "charts/episodic_length_max": stats.length_max[i]}]
+
+
+class Hyper(struct.PyTreeNode):
+    """Hyperparameters passed as traced values: changing them reuses the compiled program."""
+    clip_coef: jnp.ndarray
+    ewma_com: jnp.ndarray
+    ent_coef: jnp.ndarray
+    vf_coef: jnp.ndarray
+
+
+class Batch(NamedTuple):
+    obs: Any
+    action: jnp.ndarray
+    logp: jnp.ndarray
+    advantages: jnp.ndarray
+    returns: jnp.ndarray
+    value: jnp.ndarray
+
+
+KL_REF_POINTS = 64  # policies kept per probed update for ref KL(pi_J || pi_j): the probe's size does not grow with J
+
+
+class Probe(struct.PyTreeNode):
+    """What the diagnostics need from one update, filled only when that update is probed (lax.cond); every leaf is
+    empty when diagnostics are off. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
+    KL(pi_j || pi_j-1) is accumulated step by step and only KL_REF_POINTS policies are kept for the ref profile."""
+    params_before: Any
+    first_grad: jnp.ndarray  # flat first-minibatch gradient
+    start_logits: jnp.ndarray  # [S, D, A]: pi_0 (behavior) on the fixed state set S
+    last_logits: jnp.ndarray  # [S, D, A]: the latest policy (pi_J at the end)
+    kept_logits: jnp.ndarray  # [P, S, D, A]: pi_j at the steps j of ref_steps(J)
+    seq_kl: jnp.ndarray  # [J]: mean over S of KL(pi_j+1 || pi_j), float32
+    obs: Any  # [S, ...]
+    actions: jnp.ndarray  # [S, D]
+    steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
+
+
+class UpdateCarry(struct.PyTreeNode):
+    train: TrainState
+    probe: Probe
+    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
+    steps: jnp.ndarray
+    stopped: jnp.ndarray  # --target-kl ended the epochs
+
+
+class ScoreCarry(NamedTuple):
+    envs: EnvBatch
+    done: jnp.ndarray  # [B] completed episodes
+    solved: jnp.ndarray  # [B] completed episodes that reached the goal
+
+
+class EvalCarry(NamedTuple):
+    state: Any
+    obs: Any
+    finished: jnp.ndarray
+    solved: jnp.ndarray
+    key: jnp.ndarray
+    t: jnp.ndarray
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Advantages
+# ---------------------------------------------------------------------------------------------------------
+def gae_step(gamma: float, lam: float, bootstrap_time_limit: bool, carry, t: Transition):
+    """GAE (Schulman et al. 2016) backwards in time. An ended episode adds nothing after its last step (Kinetix's
+    GAE); with bootstrap_time_limit an episode cut by the time limit bootstraps from V(true next obs) instead."""
+    next_adv, next_value = carry
+    cut = t.done & ~t.terminated if bootstrap_time_limit else jnp.zeros_like(t.done)
+    v_next = jnp.where(t.done, jnp.where(cut, t.next_value, 0.0), next_value)
+    delta = t.reward + gamma * v_next - t.value
+    adv = delta + gamma * lam * (1.0 - t.done) * next_adv
+    return (adv, t.value), adv
+
+
+def compute_gae(traj: Transition, last_value, gamma: float, lam: float, bootstrap_time_limit: bool = True):
+    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam, bootstrap_time_limit),
+                                 (jnp.zeros_like(last_value), last_value), traj, reverse=True)
+    return advantages, advantages + traj.value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loss, optimizer and minibatches
+# ---------------------------------------------------------------------------------------------------------
+def ewma_update(prox_params, params, com: float):
+    """B26 §2.2: theta_prox <- beta theta_prox + (1 - beta) theta, beta = C / (C + 1) (footnote 1)."""
+    beta = com / (com + 1.0)
+    return jax.tree.map(lambda q, p: beta * q + (1.0 - beta) * p, prox_params, params)
+
+
+def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: float, imp_samp_max: float):
+    """B26 eq. 4 per sample: pi_prox/pi_behavior * max(-A r_prox, -A clip(r_prox)). As in Hilton et al.'s code,
+    pi_behavior is raised to pi/imp_samp_max so that pi/pi_behavior <= imp_samp_max (no gradient through it).
+    With pi_prox = pi_behavior and no truncation this is CleanRL's PPO loss, bit for bit."""
+    logp_adj = behavior_logp
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behavior_logp, jax.lax.stop_gradient(newlogp) - math.log(imp_samp_max))
+    ratio = jnp.exp(newlogp - prox_logp)
+    weight = jnp.exp(prox_logp - logp_adj)
+    return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
+
+
+def ppo_loss(args, network: ActorCritic, hyper: Hyper, params, prox_params, mb: Batch):
+    """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox."""
+    logits, newvalue, _, _ = network.apply(params, mb.obs)
+    newlogp = log_prob(logits, mb.action)
+    logratio = newlogp - mb.logp
+    ratio = jnp.exp(logratio)
+    advantages = mb.advantages
+    if args.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    if args.ewma_com > 0:
+        prox_logits, _, _, _ = network.apply(prox_params, mb.obs)
+        prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
+        pg_loss = decoupled_pg_loss(newlogp, prox_logp, mb.logp, advantages, hyper.clip_coef, args.imp_samp_max).mean()
+        clip_ratio = jnp.exp(newlogp - prox_logp)
+    else:  # plain PPO: the behavior policy is also the proximal one, nothing to truncate
+        pg_loss = decoupled_pg_loss(newlogp, mb.logp, mb.logp, advantages, hyper.clip_coef, 0.0).mean()
+        clip_ratio = ratio
+    if args.clip_vloss:
+        v_clipped = mb.value + jnp.clip(newvalue - mb.value, -hyper.clip_coef, hyper.clip_coef)
+        v_loss = 0.5 * jnp.maximum((newvalue - mb.returns) ** 2, (v_clipped - mb.returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb.returns) ** 2).mean()
+    entropy_loss = entropy(logits).mean()
+    loss = pg_loss - hyper.ent_coef * entropy_loss + v_loss * hyper.vf_coef
+    stats = jnp.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(), ((ratio - 1) - logratio).mean(),
+                       (jnp.abs(clip_ratio - 1.0) > hyper.clip_coef).mean()])
+    return loss, jax.lax.stop_gradient(stats)
+
+
+def make_optimizer(args):
+    """Adam behind global-norm clipping; --anneal-lr: CleanRL's linear decay to zero, constant within an iteration."""
+    schedule = args.learning_rate
+    if args.anneal_lr:
+        steps_per_iteration = args.update_epochs * args.num_minibatches
+
+        def schedule(count):
+            return args.learning_rate * (1.0 - (count // steps_per_iteration) / args.num_iterations)
+    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
+
+
+def minibatch_layout(num_steps: int, num_minibatches: int) -> tuple:
+    """(S, G): S time slots x G env groups = the minibatches. S = gcd(M, T) is the most slots T allows, and
+    G = M / S divides N whenever M divides N x T."""
+    slots = math.gcd(num_minibatches, num_steps)
+    return slots, num_minibatches // slots
+
+
+def epoch_order(key, num_steps: int, num_envs: int, num_minibatches: int):
+    """An epoch's draw: each env's own random order of its T steps, cut into S slots (shape [S, T/S, N]), and the
+    random order in which the M = S x G minibatches are taken."""
+    slots, groups = minibatch_layout(num_steps, num_minibatches)
+    key_time, key_mb = jax.random.split(key)
+    steps = jnp.broadcast_to(jnp.arange(num_steps)[:, None], (num_steps, num_envs))
+    order = jax.random.permutation(key_time, steps, axis=0, independent=True)
+    return order.reshape(slots, num_steps // slots, num_envs), jax.random.permutation(key_mb, num_minibatches)
+
+
+def take_minibatch(batch, order, index, groups: int):
+    """Minibatch `index` = slot index // G of env group index % G (envs g, g + G, ...), from a [T, N, ...] batch.
+    It gathers along time within each env, so a device reads only its own envs: minibatches of a permuted flat
+    batch made XLA copy the whole batch to every device (2 devices: 34.6 GiB each at 65k envs, 29.1 on one)."""
+    group = index % groups
+
+    def own_group(x):  # [T', N, ...] -> [T', N/G, ...]: the group's envs first, so the gather reads 1/G of the batch
+        return jax.lax.dynamic_index_in_dim(x.reshape((x.shape[0], -1, groups) + x.shape[2:]), group, 2, False)
+    rows = own_group(order[index // groups])  # [T/S, N/G]: this slot's steps of the group's envs
+
+    def take(x):
+        picked = jnp.take_along_axis(own_group(x), rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=0)
+        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
+    return jax.tree.map(take, batch)
+
+
+def trajectory_order(key, num_envs: int, num_minibatches: int):
+    """An epoch's draw for whole-trajectory minibatches: [N/M, M], row b deals the M envs bM ... bM+M-1 of block b
+    one to each minibatch in a random order. Kinetix deals a random permutation of a device's envs; dealing within
+    blocks of M neighbours gives every minibatch the same share of each device's envs on any device count."""
+    blocks = num_envs // num_minibatches
+    dealt = jnp.broadcast_to(jnp.arange(num_minibatches), (blocks, num_minibatches))
+    return jax.random.permutation(key, dealt, axis=1, independent=True)
+
+
+def take_trajectories(batch, order, index):
+    """Minibatch `index` = all T steps of env bM + order[b, index] of every block b, from a [T, N, ...] batch; the
+    gather stays within each block, so a device reads only its own envs when M divides its env count."""
+    num_minibatches = order.shape[1]
+    cols = order[:, index]  # [N/M]
+
+    def take(x):
+        blocks = x.reshape((x.shape[0], -1, num_minibatches) + x.shape[2:])
+        picked = jnp.take_along_axis(blocks, cols.reshape((1, -1, 1) + (1,) * (x.ndim - 2)), axis=2)[:, :, 0]
+        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
+    return jax.tree.map(take, batch)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation: a level's solve rate = the mean over attempts of "the first episode reached the goal" (B26 Figs. 11, 20)
+# ---------------------------------------------------------------------------------------------------------
+def tile_attempts(levels, attempts: int):
+    """Every level `attempts` times, level-major: [n * attempts]."""
+    return jax.tree.map(lambda x: jnp.repeat(x, attempts, axis=0), levels)
+
+
+def level_solve_rates(solved: np.ndarray, attempts: int) -> np.ndarray:
+    """Per level: the mean over its attempts of the first-episode outcome."""
+    return np.asarray(solved, np.float64).reshape(-1, attempts).mean(axis=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# make_train: the envs, the agent and the jitted pieces of one configuration (PureJaxRL's shape)
+# ---------------------------------------------------------------------------------------------------------
+class Train(NamedTuple):
+    """What make_train returns: the env and agent it built and the jitted programs (those over the global mesh wrapped
+    in InStep, so that several processes start them together)."""
+    env: Any  # ObsEnv
+    env_params: Any
+    static_params: Any
+    network: ActorCritic
+    mesh: Mesh  # one axis "envs" over every device of every process
+    probe_index: np.ndarray  # the diagnostic states' rows of the flattened [T x N] batch; empty: diagnostics off
+    init: Callable  # (level, seed) -> RunnerState
+    train_chunk: Callable  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
+    sample: Callable  # (keys [C, G], calls) -> levels [C, G], rows < calls made (looped)
+    noop_solved: Callable  # (keys [C, G], calls) -> [C, G, level_filter_ratio] bools: a no-op solves the candidate
+    score: Callable  # (params, levels [B], key) -> p [B]
+    merge: Callable  # (buffer, levels [B], p [B]) -> buffer
+    first_solved: Callable  # (levels [E], params, key) -> [E] bools, on one device
+    shardings: Callable  # RunnerState -> its shardings (replicated: the envs live inside one update)
+    start_envs: Callable  # levels [N] -> EnvBatch
+    env_step: Callable  # (envs, action) -> (envs, obs, reward, done, terminated, episodes)
+    minibatch_step: Callable  # (hyper, probe_on, carry, minibatch) -> (carry, stats)
+
+
+def make_train(args) -> Train:
+    """Closes over the configuration (args after apply_scaling); the hyperparameters a sweep changes are traced
+    (Hyper), so one compiled program serves them all."""
+    env, env_params, static_params = make_env(args.env_size, args.network, args.episode_length, args.obs_dtype)
+    network = ActorCritic(action_mask=action_layout(env, env_params)[1], network=args.network,
+                          hidden_size=args.hidden_size, num_layers=args.num_hidden_layers, embed_dim=args.embed_dim,
+                          attention_size=args.attention_size, num_heads=args.num_heads, depth=args.transformer_depth)
+    optimizer = make_optimizer(args)
+    mesh = env_mesh()
+    replicated = NamedSharding(mesh, P())
+    probe_index = diagnostic_states(args.batch_size, args.diagnostics_states if args.diagnostics_every else 0)
+    max_timesteps = int(env_params.max_timesteps)
+    num_from_buffer = sfl_counts(args)[0]  # round(rho N), 0 with --no-sfl
+
+    def shard_envs(tree):
+        """SPEC §7: the env (or level) axis is split over all devices; everything else is replicated."""
+        spec = NamedSharding(mesh, P("envs"))
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+    def shardings(runner: RunnerState):
+        return jax.tree.map(lambda _: replicated, runner)
+
+    def init(level, seed) -> RunnerState:
+        """Parameters from the seed's init key; the buffer starts as placeholders (filled before update 1)."""
+        key, key_init = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(jnp.uint32(seed)), 0))
+        obs = jax.tree.map(lambda x: x[None], env.get_obs(level))
+        params = network.init(key_init, obs)
+        train = TrainState(params=params, opt_state=optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
+        levels = jax.tree.map(lambda x: x[None], level)
+        return RunnerState(train=train, buffer=empty_buffer(levels, args.sfl_buffer_size), key=key)
+
+    # Rollout: every env starts the update on its assigned level and resets to it when an episode ends
+    def start_envs(levels) -> EnvBatch:
+        levels = shard_envs(levels)
+        obs = jax.vmap(env.get_obs)(levels)
+        n = jax.tree.leaves(levels)[0].shape[0]
+        return EnvBatch(state=levels, obs=obs, level=levels, level_obs=obs, ep_return=jnp.zeros(n),
+                        ep_length=jnp.zeros(n, jnp.int32))
+
+    def env_step(envs: EnvBatch, action):
+        """Step every env; an ended episode restarts the env's own level."""
+        obs, state, reward, done, info = jax.vmap(env.step_env, (None, 0, 0, None))(None, envs.state, action, env_params)
+        solved = done & info["GoalR"]
+        terminated = done & info["terminated"]
+        ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
+        new_envs = envs.replace(state=tree_select(done, envs.level, state), obs=tree_select(done, envs.level_obs, obs),
+                                ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
+        episodes = Episodes(done=done, ep_return=ep_return, ep_length=ep_length, solved=solved)
+        return shard_envs(new_envs), obs, reward, done, terminated, episodes
+
+    def rollout_step(params, envs: EnvBatch, key):
+        logits, value, _, _ = network.apply(params, envs.obs)
+        action = jax.random.categorical(key, logits)
+        new_envs, true_next_obs, reward, done, terminated, episodes = env_step(envs, action)
+        if args.bootstrap_time_limit:  # a second forward pass per step, only when a truncation is bootstrapped
+            _, next_value, _, _ = network.apply(params, true_next_obs)
+        else:
+            next_value = jnp.zeros_like(value)
+        transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
+                                done=done, terminated=terminated, next_value=next_value)
+        return new_envs, (transition, episodes)
+
+    # Update: update_epochs x num_minibatches Adam steps; theta_prox follows theta after every step (B26 §2.2)
+    def minibatch_step(hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
+        """One Adam step on a minibatch; the loss is a mean over the whole (sharded) minibatch, so the gradient is the
+        average over every device's samples."""
+        train = carry.train
+        (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, args, network, hyper), has_aux=True)(
+            train.params, train.prox_params, mb)
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
+        params = optax.apply_updates(train.params, updates)
+        new_train = TrainState(params=params, opt_state=opt_state,
+                               prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
+        probe = carry.probe
+        if probe_index.size:  # diagnostics on: a side branch that reads, never writes, the training values
+            probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, network), lambda *_: carry.probe,
+                                 carry.probe, carry.steps, grads, params)
+        new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
+                          steps=carry.steps + 1, stopped=carry.stopped)
+        return new, stats
+
+    def update_epoch(hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
+        """Every sample once, in M minibatches of whole trajectories (default) or of T/S steps of each of N/G envs;
+        the same minibatches on any device count."""
+        if args.minibatch_form == "trajectories":
+            order = trajectory_order(key, args.num_envs, args.num_minibatches)
+            mb_order = jnp.arange(args.num_minibatches)  # membership is already random
+
+            def take(index):
+                return take_trajectories(batch, order, index)
+        else:
+            groups = minibatch_layout(args.num_steps, args.num_minibatches)[1]
+            order, mb_order = epoch_order(key, args.num_steps, args.num_envs, args.num_minibatches)
+
+            def take(index):
+                return take_minibatch(batch, order, index, groups)
+
+        def step(carry, index):
+            return minibatch_step(hyper, probe_on, carry, take(index))
+
+        def run(carry):
+            carry, stats = jax.lax.scan(step, carry, mb_order)
+            stopped = stats[-1, 4] > args.target_kl if args.target_kl is not None else carry.stopped
+            return carry.replace(stopped=stopped)
+        return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
+
+    def update_iteration(hyper: Hyper, fresh, runner: RunnerState, probe: Probe, probe_on):
+        """One PPO iteration: assign levels (buffer or fresh), rollout, GAE, update_epochs x num_minibatches steps."""
+        key, key_levels, key_rollout, key_update = jax.random.split(runner.key, 4)
+        params = runner.train.params
+        levels = assign_levels(key_levels, runner.buffer.levels, fresh, num_from_buffer,
+                               functools.partial(shard_blocks, mesh))
+        envs, (traj, episodes) = jax.lax.scan(functools.partial(rollout_step, params), start_envs(levels),
+                                              jax.random.split(key_rollout, args.num_steps))
+        _, last_value, _, _ = network.apply(params, envs.obs)
+        advantages, returns = compute_gae(traj, last_value, args.gamma, args.gae_lambda, args.bootstrap_time_limit)
+        batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
+        if probe_index.size:
+            probe = jax.lax.cond(probe_on, functools.partial(start_probe, network, probe_index, args.num_envs),
+                                 lambda *_: probe, probe, params, batch)
+        carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+                            stopped=jnp.zeros((), bool))
+        keys = jax.random.split(key_update, args.update_epochs)
+        carry, _ = jax.lax.scan(functools.partial(update_epoch, hyper, batch, probe_on), carry, keys)
+        var_y = jnp.var(batch.returns)
+        explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
+        stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
+        return runner.replace(train=carry.train, key=key), carry.probe, stats, episodes
+
+    def train_chunk(hyper: Hyper, fresh, runner: RunnerState, probe: Probe, num_updates, probe_at):
+        """Run num_updates (<= --updates-per-chunk, dynamic: one compiled program for every chunk length) updates,
+        update i on the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe.
+        Episodes come back reduced (EpisodeStats per update), so what the host reads does not grow with N."""
+        max_updates = args.updates_per_chunk
+        stats_buf = jnp.full((max_updates, 8), jnp.nan)
+        empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((args.num_steps, args.num_envs), d)
+                                                         for d in (bool, jnp.float32, jnp.int32, bool))))
+        episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
+
+        def body(i, carry):
+            runner, probe, stats_buf, episodes_buf = carry
+            runner, probe, stats, episodes = update_iteration(hyper, tree_take(fresh, i), runner, probe, i == probe_at)
+            episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episode_stats(episodes))
+            return runner, probe, stats_buf.at[i].set(stats), episodes_buf
+
+        return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
+
+    # SFL scoring: play each candidate level for L steps with the current policy and count solved episodes
+    def score_levels(params, levels, key):
+        """p per level over an L-step rollout (sampled actions, auto-reset to the same level), then p(1-p)."""
+        def step(carry: ScoreCarry, key):
+            logits, _, _, _ = network.apply(params, carry.envs.obs)
+            envs, _, _, done, _, episodes = env_step(carry.envs, jax.random.categorical(key, logits))
+            return ScoreCarry(envs, carry.done + done, carry.solved + episodes.solved), None
+
+        n = jax.tree.leaves(levels)[0].shape[0]
+        carry = ScoreCarry(start_envs(levels), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
+        carry, _ = jax.lax.scan(step, carry, jax.random.split(key, args.sfl_rollout_length))
+        return solve_rates(carry.done, carry.solved)
+
+    # Evaluation: the first episode from each level, sampled actions (as Kinetix evaluates)
+    def first_episode_solved(levels, params, key):
+        """[E] bools: the first episode from each level ended on the goal."""
+        def step(carry: EvalCarry) -> EvalCarry:
+            key, key_action = jax.random.split(carry.key)
+            logits, _, _, _ = network.apply(params, carry.obs)
+            obs, state, _, done, info = jax.vmap(env.step_env, (None, 0, 0, None))(
+                None, carry.state, jax.random.categorical(key_action, logits), env_params)
+            live = ~carry.finished
+            return EvalCarry(state=state, obs=obs, finished=carry.finished | done,
+                             solved=carry.solved | (live & done & info["GoalR"]), key=key, t=carry.t + 1)
+
+        n = jax.tree.leaves(levels)[0].shape[0]
+        carry = EvalCarry(state=levels, obs=jax.vmap(env.get_obs)(levels), finished=jnp.zeros(n, bool),
+                          solved=jnp.zeros(n, bool), key=key, t=jnp.zeros((), jnp.int32))
+        carry = jax.lax.while_loop(lambda c: (c.t < max_timesteps + 1) & ~c.finished.all(), step, carry)
+        return carry.solved
+
+    sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
+                           filter_ratio=args.level_filter_ratio, filter_steps=args.level_filter_steps)
+    sharded = NamedSharding(mesh, P("envs"))
+    calls = NamedSharding(mesh, P(None, "envs"))  # [loop step, keys over the devices]
+    in_calls = (calls, replicated)
+    return Train(
+        env=env, env_params=env_params, static_params=static_params, network=network, mesh=mesh,
+        probe_index=probe_index,
+        init=jax.jit(init),  # one compiled program, not hundreds of eager ops
+        # runner and probe come back placed as they went in (replicated): another placement compiles the next chunk again
+        train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2, 3),
+                                            out_shardings=(replicated, replicated, None, None))),
+        sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
+                                        in_shardings=in_calls, out_shardings=calls)),
+        noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
+                                                         sharded), in_shardings=in_calls, out_shardings=calls)),
+        score=InStep("score", jax.jit(score_levels)),
+        merge=InStep("merge", jax.jit(top_k_levels)),
+        first_solved=jax.jit(first_episode_solved),  # a small program: one device of this process
+        shardings=shardings, start_envs=start_envs, env_step=env_step, minibatch_step=minibatch_step)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diagnostics (SPEC §5): the probed update records them behind lax.cond (read-only, no training RNG draws); the host
+# computes them in float64
+# ---------------------------------------------------------------------------------------------------------
+def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
+    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
+    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+
+
+def ref_steps(num_steps: int) -> np.ndarray:
+    """The steps j whose policy is kept for ref KL(pi_J || pi_j): all J when J <= KL_REF_POINTS, else evenly spaced."""
+    if num_steps <= KL_REF_POINTS:
+        return np.arange(num_steps)
+    return np.unique(np.linspace(0, num_steps - 1, KL_REF_POINTS).round().astype(np.int64))
+
+
+def ref_slots(num_steps: int) -> np.ndarray:
+    """[J + 1]: where step j's policy goes in Probe.kept_logits, -1 if it is not kept."""
+    slots = np.full(num_steps + 1, -1, np.int32)
+    kept = ref_steps(num_steps)
+    slots[kept] = np.arange(len(kept))
+    return slots
+
+
+def empty_probe(network: ActorCritic, params, obs_example, num_diag: int, num_steps: int) -> Probe:
+    """The probe of num_diag states over num_steps minibatch steps (zero-sized when diagnostics are off)."""
+    if num_diag == 0:  # diagnostics off: nothing allocated (and nothing copied to the devices)
+        return Probe(*(jnp.zeros((0,)) for _ in dataclasses.fields(Probe)))
+    d, a = network.action_mask.shape
+    flat, _ = ravel_pytree(params)
+    logits = jnp.zeros((num_diag, d, a))
+    return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
+                 start_logits=logits, last_logits=logits,
+                 kept_logits=jnp.zeros((len(ref_steps(num_steps)), num_diag, d, a)), seq_kl=jnp.zeros(num_steps),
+                 obs=jax.tree.map(lambda x: jnp.zeros((num_diag,) + x.shape[1:], x.dtype), obs_example),
+                 actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
+
+
+def start_probe(network: ActorCritic, probe_index: np.ndarray, num_envs: int, probe: Probe, params, batch: Batch) -> Probe:
+    t, n = np.divmod(probe_index, num_envs)  # flat index t x N + n of the [T, N] batch
+    obs, actions = jax.tree.map(lambda x: x[t, n], batch.obs), batch.action[t, n]
+    logits, _, _, _ = network.apply(params, obs)
+    return probe.replace(params_before=params, obs=obs, actions=actions, start_logits=logits, last_logits=logits,
+                         kept_logits=probe.kept_logits.at[0].set(logits), seq_kl=jnp.zeros_like(probe.seq_kl),
+                         steps=jnp.zeros((), jnp.int32))
+
+
+def mean_policy_kl(logits_p, logits_q):
+    """Mean over states of KL(p || q) summed over action dimensions; the log-ratio is formed from logit differences
+    first (float32, on the device)."""
+    logp = jax.nn.log_softmax(logits_p, axis=-1)
+    log_ratio = (logits_p - logits_q) - (jax.nn.logsumexp(logits_p, -1, keepdims=True)
+                                         - jax.nn.logsumexp(logits_q, -1, keepdims=True))
+    return (jnp.exp(logp) * log_ratio).sum((-2, -1)).mean()
+
+
+def record_probe_step(network: ActorCritic, probe: Probe, step, grads, params) -> Probe:
+    first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
+    logits, _, _, _ = network.apply(params, probe.obs)
+    slot = jnp.asarray(ref_slots(probe.seq_kl.shape[0]))[step + 1]
+    at = jnp.maximum(slot, 0)
+    kept = probe.kept_logits.at[at].set(jnp.where(slot >= 0, logits, probe.kept_logits[at]))
+    return probe.replace(first_grad=first_grad, last_logits=logits, kept_logits=kept,
+                         seq_kl=probe.seq_kl.at[step].set(mean_policy_kl(logits, probe.last_logits)), steps=step + 1)
+
+
+def log_softmax64(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def flat_params(params) -> np.ndarray:
+    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(params)])
+
+
+def compute_diagnostics(network: ActorCritic, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
+    probe, train = fetch((probe, train))  # on every process (a collective); the rest is host math
+    mask = np.asarray(network.action_mask)
+    steps = int(probe.steps)
+    after, behavior = log_softmax64(probe.last_logits), log_softmax64(probe.start_logits)
+    seq = [float(x) for x in probe.seq_kl[:steps]]
+    kept = [j for j in ref_steps(len(probe.seq_kl)) if j < steps]  # --target-kl may have stopped early
+    ref = [float(np.mean(categorical_kl(after, log_softmax64(probe.kept_logits[slot])).sum(-1)))
+           for slot, _ in enumerate(kept)]
+    kl_behavior = float(np.mean(categorical_kl(behavior, after).sum(-1)))
+    taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
+    apply = jax.jit(network.apply)
+    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
+    params_after = flat_params(train.params)
+    out = {
+        "diagnostics/kl_behavior": kl_behavior,
+        "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
+        "diagnostics/kl_prox": float(np.mean(categorical_kl(log_softmax64(np.asarray(prox_logits)), after).sum(-1))),
+        "diagnostics/seq_kl_mean": float(np.mean(seq)),
+        "diagnostics/ref_kl_mean": float(np.mean(ref)),
+        "diagnostics/update_size": float(np.linalg.norm(params_after - flat_params(probe.params_before))),
+        "diagnostics/grad_norm": float(grad_norm),
+        "diagnostics/grad_kurtosis": log_grad_kurtosis(np.asarray(probe.first_grad)),
+        "diagnostics/ess_pct": ess_pct(taken),
+        "diagnostics/policy_variance": policy_variance(np.exp(after)[:, mask]),
+        "diagnostics/weight_norm": float(np.linalg.norm(params_after)),
+        "diagnostics/actor_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["actor"]))),
+        "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["critic"]))),
+    }
+    for prefix, hidden in (("", actor_h), ("critic_", critic_h)):
+        hidden = [np.asarray(h, np.float64) for h in hidden]
+        rank, srank = feature_ranks(hidden[-1])
+        dormant = dormant_fractions(hidden)
+        out[f"diagnostics/{prefix}feature_rank"] = rank
+        out[f"diagnostics/{prefix}srank"] = srank
+        out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
+        out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
+        out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
+    return out, seq, ref, [int(j) for j in kept]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFL on the host: the level streams, the buffer refresh every T updates, a chunk's fresh levels
+# ---------------------------------------------------------------------------------------------------------
+def level_streams(seed: int):
+    """Keys of the level streams, separate from the training stream: fresh training levels and SFL candidates."""
+    root = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+    return jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+
+
+def refresh_buffer(train: Train, args, runner: RunnerState, filter_key, period_index: int,
+                   stopped=lambda: False) -> Optional[RunnerState]:
+    """Every T updates (B26 Table 3): score N fresh random levels with the current policy, batch by batch, and keep
+    the K most learnable (the buffer is replaced, as in Kinetix's SFL). None when stopped() turns true between
+    batches: the refresh is dropped, and a resumed run redoes it from the same keys."""
+    batch = min(args.sfl_filter_batch, args.sfl_num_levels)
+    key = jax.random.fold_in(filter_key, period_index)
+    buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
+    replicated = NamedSharding(env_mesh(), P())
+    for b in range(args.sfl_num_levels // batch):
+        if b and stopped():
+            return None
+        levels = sample_levels(train, args, jax.random.fold_in(key, 2 * b), batch)
+        score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
+        p = train.score(runner.train.params, levels, score_key)
+        buffer = train.merge(buffer, levels, p)
+    return runner.replace(buffer=buffer)
+
+
+def fresh_levels(train: Train, args, fresh_key, first_iteration: int, n: int):
+    """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
+    update i's levels (one filter request, as Kinetix samples an update's levels in one call) depend only on i, so
+    chunking and resuming do not change them. When the devices divide F, level f is made on the device whose envs
+    play it (assign_levels' blocks), so fresh levels never cross devices."""
+    num_fresh = sfl_counts(args)[1]
+    levels = random_levels(train, args, fresh_key, first_iteration, n, max(num_fresh, 1), args.updates_per_chunk)
+    return levels if num_fresh else jax.tree.map(lambda x: x[:, :0], levels)  # rho = 1: no fresh levels
+
+
+def listed_levels(levels, num_envs: int, updates_per_chunk: int):
+    """[updates_per_chunk, N] levels for --train-levels: env i plays listed level i mod their count at every update."""
+    count = jax.tree.leaves(levels)[0].shape[0]
+    per_env = tree_take(levels, jnp.arange(num_envs) % count)
+    return jax.tree.map(lambda x: jnp.broadcast_to(x[None], (updates_per_chunk, *x.shape)), per_env)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main: the algorithm box; set-up, resume and run-directory plumbing in the named functions above it
+# ---------------------------------------------------------------------------------------------------------
+SCRIPT = "sfl_kinetix_jax"
+STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
+              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
+
+
+def sfl_counts(args) -> tuple:
+    """(envs playing buffer levels, envs playing fresh levels) at every update."""
+    from_buffer = 0 if args.no_sfl else int(round(args.sfl_sample_ratio * args.num_envs))
+    return from_buffer, args.num_envs - from_buffer
+
+
+def validate(args, argv: list) -> dict:
+    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    apply_preset(args, argv)
+    check_finite_floats(args)
+    check(args.env_size in ENV_SIZES, f"--env-size {args.env_size!r} is not one of {', '.join(ENV_SIZES)}")
+    check(args.network in NETWORKS, f"--network {args.network!r} is not one of {', '.join(NETWORKS)}")
+    check(args.obs_dtype in OBS_DTYPES, f"--obs-dtype {args.obs_dtype!r} is not one of {', '.join(OBS_DTYPES)}")
+    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
+    check_ppo_flags(args)
+    check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
+    check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
+    for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
+                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers",
+                 "attention_size", "num_heads", "transformer_depth", "eval_attempts", "updates_per_chunk"):
+        check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
+                 "eval_level_seed"):
+        check(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0 (got {getattr(args, name)})")
+    check(0 <= args.sfl_sample_ratio <= 1, f"--sfl-sample-ratio must lie in [0, 1] (got {args.sfl_sample_ratio})")
+    if args.train_levels:
+        check(args.no_sfl, "--train-levels: SFL chooses its levels among random ones; add --no-sfl to train on a list")
+        known = handmade_level_names(args.env_size)
+        unknown = [name for name in args.train_levels if name not in known]
+        check(not unknown, f"--train-levels {' '.join(unknown)}: not a hand-designed level of --env-size "
+              f"{args.env_size}; one of {', '.join(known)}")
+    check(args.sfl_buffer_size <= args.sfl_num_levels, f"--sfl-buffer-size {args.sfl_buffer_size} exceeds "
+          f"--sfl-num-levels {args.sfl_num_levels}: the buffer keeps the best K of the N levels scored")
+    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
+    check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
+          f"--sfl-filter-batch {filter_batch}; choose a divisor")
+    check(args.embed_dim >= 2, f"--embed-dim must be >= 2 (got {args.embed_dim}): a shape's embedding ends with its kind")
+    check(args.attention_size % args.num_heads == 0,
+          f"--attention-size {args.attention_size} must be divisible by --num-heads {args.num_heads}")
+    check(args.num_heads % 4 == 0, f"--num-heads {args.num_heads} must be a multiple of 4: the heads share out the "
+          "observation's 4 attention masks")
+    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
+    check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check(args.minibatch_form in ("trajectories", "steps"),
+          f"--minibatch-form {args.minibatch_form!r} is not one of trajectories, steps")
+    scaling = resolve_scaling(args)
+    check(args.minibatch_form == "steps" or args.num_envs % scaling["num_minibatches"] == 0,
+          f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
+          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass "
+          "--minibatch-form steps")
+    devices = jax.device_count()
+    check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
+    check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
+    return scaling
+
+
+def signature(args) -> dict:
+    """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
+    keys, the update's form)."""
+    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length,
+            "network": args.network,
+            "num_envs": args.num_envs, "no_sfl": args.no_sfl,
+            "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
+            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
+            "attention_size": args.attention_size, "num_heads": args.num_heads,
+            "transformer_depth": args.transformer_depth,
+            "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
+            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
+            "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
+
+
+# signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
+# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
+# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
+# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
+                     "bootstrap_time_limit": True}
+
+
+def apply_scaling(args, scaling: dict) -> None:
+    """Write the resolved batch, minibatches and learning rate into args (what make_train and the loop read)."""
+    args.batch_size = scaling["batch_size"]
+    args.num_minibatches = scaling["num_minibatches"]
+    args.learning_rate = scaling["learning_rate"]
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+
+def read_args() -> tuple:
+    """Args from the command line with the scaling resolved, and the checkpoint of --resume (or None); every usage
+    error exits 2 here, before anything heavy starts. With --distributed, the processes join first."""
+    if "--distributed" in sys.argv[1:]:  # before anything touches the devices
+        init_distributed()
+    args = tyro.cli(Args)
+    try:
+        scaling = validate(args, sys.argv[1:])
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args), implied=SIGNATURE_IMPLIED) if args.resume else None
+        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+              f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
+              f"{ckpt and ckpt['iteration']}; raise it to continue")
+        if not args.estimate_memory:
+            check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
+    except UsageError as e:
+        exit_usage(e)
+    apply_scaling(args, scaling)
+    return args, scaling, ckpt
+
+
+def describe_run(args, scaling: dict) -> None:
+    """The resolved configuration, and a note when the devices do not divide the level assignment's blocks."""
+    from_buffer, from_fresh = sfl_counts(args)
+    print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
+          + (f", preset={args.preset}" if args.preset != "none" else "")
+          + (f", train_levels={' '.join(args.train_levels)}" if args.train_levels else "")
+          + (", no_sfl" if args.no_sfl else f", sfl N={args.sfl_num_levels} T={args.sfl_update_period} "
+             f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
+             f"({from_buffer} buffer + {from_fresh} fresh envs)"))
+    blocks = level_blocks(from_buffer, from_fresh)
+    if (blocks if from_buffer else from_fresh) % jax.device_count():
+        print(f"note: the {jax.device_count()} devices do not divide the {blocks} blocks of level assignment "
+              f"(gcd of {from_buffer} buffer and {from_fresh} fresh envs): correct, but levels move between devices "
+              "at every update (docs/sfl_kinetix_jax.md, SFL)")
+
+
+def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
+    ref = jax.tree.leaves(template)
+    check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+                                          for a, b in zip(ref, leaves)),
+          f"{flag}: the checkpoint's state does not match this configuration (network or env shapes)")
+    return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
+
+
+def initial_state(train: Train, args, ckpt, template: RunnerState, example) -> tuple:
+    """(runner, probe, hyper) as global values: the runner of --seed (template) or of the checkpoint, the empty probe,
+    and the hyperparameters a sweep changes (traced, so one compiled chunk serves them all)."""
+    runner = template
+    if ckpt:
+        try:
+            runner = restore_runner(template, ckpt["runner"], "--resume")
+        except UsageError as e:
+            exit_usage(e)
+        print(f"resuming {args.resume} at iteration {ckpt['iteration']}")
+    lockstep("init")  # init compiled on each process alone
+    replicated = NamedSharding(train.mesh, P())
+    runner = to_global(fetch(runner), train.shardings(runner))
+    obs_example = jax.tree.map(lambda x: x[None], train.env.get_obs(jax.tree.map(lambda x: x[0], example)))
+    probe = empty_probe(train.network, template.train.params, obs_example, len(train.probe_index),
+                        args.update_epochs * args.num_minibatches)
+    probe = to_global(fetch(probe), replicated)
+    hyper = to_global(Hyper(clip_coef=np.float32(args.clip_coef), ewma_com=np.float32(args.ewma_com),
+                            ent_coef=np.float32(args.ent_coef), vf_coef=np.float32(args.vf_coef)), replicated)
+    return runner, probe, hyper
+
+
+class Evaluation(NamedTuple):
+    levels: Any  # the random set, then the hand-designed levels, each --eval-attempts times, on one local device
+    handmade_names: list
+    key: jnp.ndarray  # its own stream: evaluation never touches training's
+
+
+def load_levels(train: Train, args) -> tuple:
+    """(Evaluation, the --train-levels levels or None): a fixed random evaluation set (the same for every seed), the
+    package's hand-designed levels, and with --train-levels those listed, laid out like fresh ones."""
+    with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
+               "compiles the no-op filter the first time"):
+        eval_random = fetch(sample_levels(train, args, jax.random.PRNGKey(args.eval_level_seed),
+                                          max(args.eval_random_levels, 1)))
+    handmade = load_handmade_levels(args.env_size, train.static_params)
+    names = handmade_level_names(args.env_size)
+    levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
+                                        args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
+    levels = jax.device_put(fetch(levels), jax.local_devices()[0])
+    listed = None
+    if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
+        index = jnp.array([names.index(name) for name in args.train_levels])
+        listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
+                           NamedSharding(train.mesh, P(None, "envs")))
+    lockstep("levels")  # the hand-designed levels load on each process alone
+    return Evaluation(levels, names, jax.random.PRNGKey(args.seed + 7919)), listed
+
+
+def next_stop(iteration: int, args, first: bool = False) -> int:
+    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end). A
+    session's first chunk is one update: it compiles the chunk, and a stop signal is answered right after."""
+    stops = [args.num_iterations, iteration + (1 if first else args.updates_per_chunk)]
+    periods = [args.eval_every, args.diagnostics_every, args.checkpoint_every]
+    if not args.no_sfl:
+        periods.append(args.sfl_update_period)
+    for every in periods:
+        if every:
+            stops.append((iteration // every + 1) * every)
+    return min(stops)
+
+
+class ChunkClock:
+    """SPS without the first chunk (compilation, warm-up), the run's active wall time across resumes, and the seconds
+    spent refreshing the SFL buffer."""
+
+    def __init__(self, batch_size: int, wall_offset: float, filter_seconds: float):
+        self.batch_size, self.wall_offset, self.filter_seconds = batch_size, wall_offset, filter_seconds
+        self.start, self.timed_from, self.timed_steps = time.time(), None, 0
+
+    def tick(self, updates: int) -> float:
+        now = time.time()
+        if self.timed_from is None:
+            self.timed_from, self.timed_steps = now, 0
+        else:
+            self.timed_steps += updates * self.batch_size
+        if self.timed_steps:
+            return self.timed_steps / (now - self.timed_from)
+        return updates * self.batch_size / (now - self.start)
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.start
+
+    def final_sps(self, steps_taken: int) -> tuple:
+        """(SPS after the first chunk, SPS with it) of this session's steps."""
+        with_warmup = steps_taken / max(time.time() - self.start, 1e-9)
+        if self.timed_from and self.timed_steps:
+            return self.timed_steps / (time.time() - self.timed_from), with_warmup
+        return with_warmup, with_warmup
+
+
+def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock, evaluation: Evaluation):
+    """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
+    the checkpoint) with config.json, and its logger; None on the other processes, which write nothing."""
+    if jax.process_index() != 0:
+        return None
+    if args.resume:
+        run_dir = os.path.abspath(ckpt["run_dir"])
+        cut_logs(run_dir, ckpt)
+    else:
+        run_name = f"Kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.abspath(os.path.join(args.runs_dir, run_name))
+    from_buffer, from_fresh = sfl_counts(args)
+    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
+              "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
+              "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
+              "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
+                      "level_blocks": level_blocks(from_buffer, from_fresh),
+                      "handmade_levels": evaluation.handmade_names, "train_levels": list(args.train_levels)}}
+    return ActiveTimeLogger(run_dir, config, args, args.num_iterations * args.batch_size,
+                            start_iteration if args.resume else 0, headline="charts/solve_rate_random",
+                            active_before=clock.wall_offset, session_start=clock.start)
+
+
+def save_run_checkpoint(logger, args, iteration: int, clock: ChunkClock, runner: RunnerState) -> None:
+    """latest.ckpt: the runner state (weights, Adam, theta_prox, RNG key, buffer) as numpy leaves, gathered on every
+    process (a collective); process 0 writes it with its logs' sizes, what a resume from it keeps."""
+    leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]
+    if not logger:
+        return
+    logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
+    save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
+        "script": SCRIPT, "signature": signature(args), "iteration": iteration,
+        "global_step": iteration * args.batch_size, "wall_time": clock.wall_time(),
+        "filter_seconds": clock.filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
+        "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
+
+
+def agreed_stop(stop) -> bool:
+    """A stop signal of any process, agreed by every process, so that all stop at the same point."""
+    stop.signum = agreed_signal(stop.signum)
+    return bool(stop.signum)
+
+
+def first_bad_update(stats: np.ndarray, runner: RunnerState, updates: int) -> Optional[int]:
+    """The index of the chunk's first update with a non-finite loss (the last one if only the parameters are not
+    finite), or None (SPEC §6); the same decision on every process (gathered values)."""
+    params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
+    finite_rows = np.isfinite(stats[:updates, :7]).all(axis=1)
+    if not finite_rows.all():
+        return int(np.argmin(finite_rows))
+    return None if params_ok else updates - 1
+
+
+def log_update(logger, args, scaling: dict, iteration: int, stats: np.ndarray, episodes: EpisodeStats, i: int,
+               sps: float, diagnostics) -> None:
+    """Update i of the chunk: its finished episodes, then CleanRL's charts and losses (and the diagnostics if probed)."""
+    step = iteration * args.batch_size
+    for row in episode_rows(episodes, i):
+        logger.log(step, iteration, row)
+    lr = scaling["learning_rate"] * (1.0 - (iteration - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
+    scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
+    scalars.update({name: stats[j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
+    if episodes.count[i]:
+        scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
+    if diagnostics is not None:
+        diag, seq, ref, ref_at = diagnostics
+        scalars.update(diag)
+        if args.kl_profile:
+            logger.log_profile({"global_step": step, "iteration": iteration, "seq_kl": seq, "ref_kl": ref,
+                                "ref_steps": ref_at})
+    logger.log(step, iteration, scalars)
+
+
+def evaluate_and_log(train: Train, args, logger, evaluation: Evaluation, iteration: int, params) -> dict:
+    """charts/solve_rate_random and charts/solve_rate_handmade (and per hand-designed level). Every process evaluates
+    the same on its own device, so that all stay in step; process 0 logs."""
+    device = jax.local_devices()[0]
+    solved = jax.device_get(train.first_solved(evaluation.levels, jax.device_put(fetch(params), device),
+                                               jax.random.fold_in(evaluation.key, iteration)))
+    rates = level_solve_rates(solved, args.eval_attempts)
+    handmade_rates = rates[args.eval_random_levels:]
+    scalars = {"charts/solve_rate_handmade": float(handmade_rates.mean())}
+    for name, rate in zip(evaluation.handmade_names, handmade_rates):  # per level: what the mean hides
+        scalars[f"charts/solve_rate_handmade/{name.split('/', 1)[1]}"] = float(rate)
+    if args.eval_random_levels:
+        scalars["charts/solve_rate_random"] = float(rates[:args.eval_random_levels].mean())
+    if logger:
+        logger.log(iteration * args.batch_size, iteration, scalars)
+    return scalars
+
+
+def finish_run(train: Train, args, logger, evaluation: Evaluation, status: str, iteration: int, start_iteration: int,
+               clock: ChunkClock, runner: RunnerState) -> None:
+    """summary.json; a finished run is also evaluated, checkpointed and (--save-model) saved."""
+    final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
+    summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
+               "SPS_with_warmup": sps_with_warmup, "filter_seconds": clock.filter_seconds,
+               "filter_share": clock.filter_seconds / max(clock.wall_time(), 1e-9)}
+    if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
+        last_eval = evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
+        save_run_checkpoint(logger, args, iteration, clock, runner)
+        summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
+        summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
+        print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
+              f"levels, {summary['solve_rate_handmade']:.4f} on {len(evaluation.handmade_names)} hand-designed levels "
+              f"({args.eval_attempts} attempts each)")
+        lockstep("final")  # process 0 has written the checkpoint
+        params = fetch(runner.train.params) if args.save_model else None  # on every process: a collective
+        if args.save_model and logger:
+            model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
+            atomic_write(model_path, pickle.dumps(params))
+            summary["model_path"] = model_path
+            print(f"model saved to {model_path}")
+    if logger:
+        logger.close(summary)
+        print(f"SPS: {final_sps:.0f} (with warm-up: {sps_with_warmup:.0f}); filtering took "
+              f"{summary['filter_share']:.1%} of the wall time; run directory: {logger.run_dir}")
+        if status == "interrupted":
+            print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
+
+
+def main():
+    args, scaling, ckpt = read_args()
+    describe_run(args, scaling)
+
+    # Envs, levels and agent (one seed: separate streams for init/training, fresh levels, SFL candidates, evaluation)
+    t0 = time.time()
+    with Phase("building the envs, the level generator and the agent",
+               "compiles Kinetix's random level generator the first time: minutes on a CPU"):
+        train = make_train(args)
+        fresh_key, filter_key = level_streams(args.seed)
+        example = fetch(random_levels(train, args, jax.random.PRNGKey(0), None, 1, 1, 0, filtered=False))  # shapes
+        template = train.init(jax.tree.map(lambda x: x[0], example), args.seed)
+    if args.estimate_memory:
+        print_memory_estimate(estimate_memory(train, args, template, example))
+        return
+    runner, probe, hyper = initial_state(train, args, ckpt, template, example)
+    evaluation, listed = load_levels(train, args)
+    print(f"levels, {len(evaluation.handmade_names)} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
+    start_iteration = ckpt["iteration"] if ckpt else 0
+    clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0,
+                       ckpt.get("filter_seconds", 0.0) if args.resume else 0.0)
+    logger = open_run(args, scaling, ckpt, start_iteration, clock, evaluation)
+    stop = StopFlag()
+    lockstep("run directory")  # process 0 has written it
+    status, iteration, first = "finished", start_iteration, True
+
+    if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
+        with Phase(f"first evaluation: {args.eval_random_levels} random + {len(evaluation.handmade_names)} "
+                   f"hand-designed levels x {args.eval_attempts} attempts", "compiles the evaluation the first time"):
+            evaluate_and_log(train, args, logger, evaluation, 0, runner.train.params)
+        if agreed_stop(stop):
+            status = "interrupted"
+            save_run_checkpoint(logger, args, iteration, clock, runner)
+    while iteration < args.num_iterations and status != "interrupted":
+        # SFL's buffer (B26 §6, Table 3): every T updates, score N fresh random levels by an L-step rollout of the
+        # current policy each, and keep the K of highest learnability p(1 - p)
+        if not args.no_sfl and iteration % args.sfl_update_period == 0:
+            t_filter = time.time()
+            with Phase(f"SFL buffer: scoring {args.sfl_num_levels} random levels for {args.sfl_rollout_length} "
+                       "steps each", "compiles the scoring the first time") if first else contextlib.nullcontext():
+                refreshed = refresh_buffer(train, args, runner, filter_key, iteration // args.sfl_update_period,
+                                           functools.partial(agreed_stop, stop))
+            if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
+                status = "interrupted"
+                save_run_checkpoint(logger, args, iteration, clock, runner)
+                break
+            runner = refreshed
+            stats_buffer = buffer_stats(runner.buffer)  # on every process: a collective
+            clock.filter_seconds += time.time() - t_filter
+            if logger:
+                logger.log(iteration * args.batch_size, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
+
+        # A jitted chunk of updates, each: assign levels (round(rho N) envs play buffer levels, the others fresh ones),
+        # rollout, GAE, epochs x minibatches of PPO(-EWMA); on a diagnostics iteration its last update is probed
+        end = next_stop(iteration, args, first)
+        n = end - iteration
+        diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
+        fresh = listed if args.train_levels else fresh_levels(train, args, fresh_key, iteration, n)
+        with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
+            runner, probe, stats, episodes = train.train_chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
+            stats, episodes = fetch((stats, episodes))  # global values, the same on every process
+        first = False
+        bad = first_bad_update(stats, runner, n)
+        sps = clock.tick(n)
+
+        # Log every good update: its episodes, losses and (probed) diagnostics
+        for i in range(n if bad is None else bad):
+            it = iteration + i + 1
+            diagnostics = None
+            if it == diag_at:  # on every process: a collective
+                diagnostics = compute_diagnostics(train.network, probe, runner.train, args.batch_size, stats[i, 6])
+            if logger:
+                log_update(logger, args, scaling, it, stats[i], episodes, i, sps, diagnostics)
+        if bad is not None:  # non-finite loss or parameters: stop, keep the last good checkpoint
+            print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
+                  "is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
+            status = "diverged"
+            break
+        iteration = end
+
+        # Evaluate the solve rates; checkpoint; stop at a chunk boundary on SIGINT/SIGTERM (every process or none)
+        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
+            evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
+        if logger:
+            logger.progress(iteration * args.batch_size, sps)
+        if agreed_stop(stop):
+            status = "interrupted"
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
+            save_run_checkpoint(logger, args, iteration, clock, runner)
+        if logger:
+            logger.flush()
+        lockstep("chunk")  # process 0 has logged and written the checkpoint
+        if status == "interrupted":
+            break
+
+    finish_run(train, args, logger, evaluation, status, iteration, start_iteration, clock, runner)
+    if status == "diverged":
+        sys.exit(3)
+    if status == "interrupted":
+        sys.exit(128 + stop.signum)
+
+
+# ===== Shared infrastructure: identical in every script, checked by cleanrl_scaling.utils.shared_blocks =====
 # >>> shared:errors
 class UsageError(Exception):
     """A user mistake: reported as one line on stderr and exit code 2, never a traceback."""
@@ -595,155 +2184,131 @@ def kl_profile(kl_between) -> tuple:
 
 # <<< shared:diagnostics
 
-def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
-    """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
-    return np.linspace(0, num_states - 1, min(num_states, limit)).round().astype(np.int64)
+# ---------------------------------------------------------------------------------------------------------
+# This script's run directory: logs cut back on resume, setup phases announced, rows timed by active seconds
+# ---------------------------------------------------------------------------------------------------------
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def log_sizes(run_dir: str) -> dict:
+    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
+            if os.path.exists(os.path.join(run_dir, name))}
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
+    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
+    without recorded sizes keeps the rows up to its iteration."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if line.strip()
+                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
+        atomic_write(path, kept)
+
+
+class Phase:
+    """One line when a setup phase starts and one with its time when it ends, so that a first run on a CPU (minutes of
+    compiling) says what it is doing while it does it."""
+
+    def __init__(self, what: str, note: str = ""):
+        self.what, self.note = what, note
+
+    def __enter__(self):
+        self.t0 = time.time()
+        print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+
+
+class ActiveTimeLogger(RunLogger):
+    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
+    sessions before the resumed checkpoint plus this one, never the time between sessions."""
+
+    def __init__(self, *args, active_before: float = 0.0, session_start: Optional[float] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.active_before, self.session_start = active_before, session_start or time.time()
+
+    def wall_clock(self) -> float:
+        return self.active_before + time.time() - self.session_start
+
+
+def estimate_memory(train: Train, args, template: RunnerState, sample_level_example) -> dict:
+    """XLA's compiled-memory analysis of each program at this configuration's shapes, per device; nothing runs."""
+    mesh = train.mesh
+    sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
+
+    def abstract(tree, sharding, lead=()):
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(lead + tuple(x.shape), x.dtype, sharding=sharding), tree)
+
+    def per_level(n, sharding):
+        return abstract(jax.tree.map(lambda x: x[0], sample_level_example), sharding, (n,))
+    runner = abstract(template, replicated)
+    probe = jax.eval_shape(lambda: empty_probe(train.network, template.train.params,
+                                               jax.tree.map(lambda x: x[None], train.env.get_obs(
+                                                   jax.tree.map(lambda x: x[0], sample_level_example))),
+                                               len(train.probe_index), args.update_epochs * args.num_minibatches))
+    probe = abstract(probe, replicated)
+    fresh_count = sfl_counts(args)[1]
+    fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
+    fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
+                                                        sharding=fresh_sharding), sample_level_example)
+    hyper = Hyper(*(jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for _ in range(4)))
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
+                                sharding=NamedSharding(mesh, P(None, "envs")))
+    lowered = {"train_chunk": train.train_chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
+               "level_sampler": train.sample.lower(keys, scalar)}
+    if args.level_filter_steps and args.level_filter_ratio > 1:
+        lowered["level_filter"] = train.noop_solved.lower(keys, scalar)
+    if not args.no_sfl:
+        lowered["sfl_scoring"] = train.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
+    out = {}
+    for name, low in lowered.items():
+        t0 = time.time()
+        stats = low.compile().memory_analysis()
+        total = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
+        out[name] = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
+                     "temp_bytes": stats.temp_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
+                     "total_bytes": total, "compile_seconds": time.time() - t0}
+    return out
+
+
+def print_memory_estimate(report: dict) -> None:
+    """--estimate-memory's lines, then the report as one JSON line."""
+    for name, stats in report.items():
+        print(f"{name}: {stats['total_bytes'] / 2**30:.3f} GiB per device (arguments "
+              f"{stats['argument_bytes'] / 2**30:.3f}, outputs {stats['output_bytes'] / 2**30:.3f}, temporaries "
+              f"{stats['temp_bytes'] / 2**30:.3f}, aliased {stats['alias_bytes'] / 2**30:.3f}; compiled in "
+              f"{stats['compile_seconds']:.1f}s)")
+    peak = max(s["total_bytes"] for s in report.values())
+    print(f"estimated peak per device: {peak / 2**30:.3f} GiB over {jax.device_count()} devices "
+          f"({jax.default_backend()}); the programs run one at a time")
+    print(json.dumps({"estimate_memory": report, "peak_bytes": peak, "devices": jax.device_count()}))
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Presets: B26 Table 3 (SFL), Table 2 (PPO) and App. D (the 1M-env hybrid recipe)
+# Several devices and processes: the mesh, host <-> device boundaries, barriers, programs started in step
 # ---------------------------------------------------------------------------------------------------------
-B26_PPO = {"learning_rate": 5e-5, "max_grad_norm": 0.5, "gamma": 0.995, "gae_lambda": 0.9, "num_steps": 256,
-           "update_epochs": 8, "num_minibatches": 32, "clip_coef": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}  # Table 2
-PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buffer size), L, rho
-    "2048": {"num_envs": 2048, "sfl_num_levels": 12288, "sfl_update_period": 128, "sfl_buffer_size": 1024},
-    # 8192 and 65536: B26's recipe (App. D: same minibatch size and lr, more minibatches); our reading, the paper
-    # states the hybrid recipe only for 1M
-    # from 8192 on, N is scored in calls of 32,768 levels (8 of Kinetix's per-device 4,096), not 64-1,024 calls
-    "8192": {"num_envs": 8192, "sfl_num_levels": 262144, "sfl_update_period": 256, "sfl_buffer_size": 8192,
-             "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
-    "65536": {"num_envs": 65536, "sfl_num_levels": 262144, "sfl_update_period": 32, "sfl_buffer_size": 8192,
-              "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
-    # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4
-    "1m": {"num_envs": 1048576, "sfl_num_levels": 4194304, "sfl_update_period": 2, "sfl_buffer_size": 8192,
-           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288},
-}
-for _preset in PRESETS.values():
-    _preset.update({"sfl_rollout_length": 512, "sfl_sample_ratio": 0.5, **B26_PPO})
-
-
-def given_flags(argv: list) -> set:
-    """Field names of the flags written on the command line (--x, --x=v, --no-x)."""
-    names = set()
-    for token in argv:
-        if token.startswith("--"):
-            name = token[2:].split("=", 1)[0].replace("-", "_")
-            names.add(name)
-            if name.startswith("no_"):
-                names.add(name[3:])
-    return names
-
-
-def apply_preset(args, argv: list) -> None:
-    check(args.preset == "none" or args.preset in PRESETS,
-          f"--preset {args.preset!r} is not one of none, {', '.join(PRESETS)}")
-    if args.preset == "none":
-        return
-    given = given_flags(argv)
-    for name, value in PRESETS[args.preset].items():
-        if name not in given:  # a flag on the command line wins over the preset
-            setattr(args, name, value)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Environment: Kinetix with multi-discrete actions; every env auto-resets to the level it was given
-# ---------------------------------------------------------------------------------------------------------
-ENV_SIZES = ("s", "m", "l")
-NETWORKS = ("transformer", "mlp")
-OBS_DTYPES = ("float32", "bfloat16")
-
-
-def make_env(env_size: str, network: str, episode_length: int = 256, obs_dtype: str = "float32"):
-    """Symbolic-entity observations for the transformer, symbolic-flat ones for the MLP; Kinetix's env settings
-    (dense reward scale 0.2, frame skip 2 from its env configs; 256-step episodes)."""
-    from kinetix.environment.env import make_kinetix_env
-    from kinetix.environment.env_state import EnvParams
-    from kinetix.environment.spaces import ActionType, ObservationType
-    from kinetix.environment.utils import static_env_params_from_size
-    static_params = static_env_params_from_size(env_size)
-    env_params = EnvParams().replace(dense_reward_scale=0.2, max_timesteps=episode_length)
-    obs_type = ObservationType.SYMBOLIC_ENTITY if network == "transformer" else ObservationType.SYMBOLIC_FLAT
-    env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params, auto_reset=False)
-    return ObsEnv(env, network == "transformer", jnp.dtype(obs_dtype)), env_params, static_params
-
-
-class EntityObs(struct.PyTreeNode):
-    """Kinetix's symbolic-entity observation as its network reads it: per-entity features and presence, the shapes each
-    joint and thruster acts on (without them the relative joint and thruster features do not say which body a motor or
-    thruster moves) and the four [S, S] attention masks over the shapes (all, not colliding, jointed, in contact)."""
-    polygons: jnp.ndarray
-    circles: jnp.ndarray
-    joints: jnp.ndarray
-    thrusters: jnp.ndarray
-    polygon_mask: jnp.ndarray
-    circle_mask: jnp.ndarray
-    joint_mask: jnp.ndarray
-    thruster_mask: jnp.ndarray
-    attention_mask: jnp.ndarray  # [4, S, S] bool, shapes = polygons then circles
-    joint_indexes: jnp.ndarray  # [2J, 2] int: (shape the message goes to, the other shape); both ends of each joint
-    thruster_indexes: jnp.ndarray  # [R] int: the shape each thruster is fixed to
-
-
-NO_TIME_LIMIT = 2**30  # Kinetix's own time limit, lifted: ObsEnv applies --episode-length itself
-
-
-class ObsEnv:
-    """Kinetix's env with the observation the network reads (EntityObs, or the flat one), its float parts in
-    --obs-dtype; it applies the time limit itself, so that info["terminated"] says whether the episode ended by the
-    goal, a hazard or a NaN, also on the last step (where Kinetix's done cannot tell)."""
-
-    def __init__(self, env, entity: bool, dtype):
-        self.env, self.physics_engine, self.entity, self.dtype = env, env.physics_engine, entity, dtype
-
-    def action_space(self, params):
-        return self.env.action_space(params)
-
-    def get_obs(self, state):
-        return self.compact(self.env.get_obs(state))
-
-    def step_env(self, rng, state, action, params):
-        obs, state, reward, terminated, info = self.env.step_env(rng, state, action,
-                                                                 params.replace(max_timesteps=NO_TIME_LIMIT))
-        done = terminated | (state.timestep >= params.max_timesteps)
-        return self.compact(obs), state, reward, done, {**info, "terminated": terminated}
-
-    def compact(self, obs):
-        if self.entity:
-            obs = EntityObs(**{f.name: getattr(obs, f.name) for f in dataclasses.fields(EntityObs)})
-        return jax.tree.map(lambda x: store_obs(x, self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, obs)
-
-
-def store_obs(x, dtype):
-    """bfloat16 observations are kept as their bits (uint16): XLA's CPU backend converted a stored bfloat16 batch back
-    to float32 all at once (both copies alive), but does not move the decode of a gathered minibatch out of the loop."""
-    return x if dtype == jnp.float32 else jax.lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.uint16)
-
-
-def read_obs(x):
-    """What the network computes on: float32 (bfloat16 bits decoded, masks left alone)."""
-    if x.dtype == jnp.uint16:
-        return jax.lax.bitcast_convert_type(x, jnp.bfloat16).astype(jnp.float32)
-    return x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
-
-
-def action_layout(env, env_params):
-    """Choices per action dimension (3 per motor, 2 per thruster) and the [D, A] mask of valid choices."""
-    dims = np.asarray(env.action_space(env_params).number_of_dims_per_distribution)
-    mask = np.arange(dims.max())[None, :] < dims[:, None]
-    return dims, mask
-
-
-def tree_select(cond, on_true, on_false):
-    """Per-env select between two batched pytrees (cond: [N])."""
-    return jax.tree.map(lambda a, b: jnp.where(cond.reshape(cond.shape + (1,) * (a.ndim - 1)), a, b), on_true, on_false)
-
-
-def tree_take(tree, idx):
-    return jax.tree.map(lambda x: x[idx], tree)
-
-
-def tree_concat(trees):
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *trees)
+def init_distributed() -> None:
+    """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
+    coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
+    count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
 
 
 def env_mesh() -> Mesh:
@@ -818,84 +2383,11 @@ def agreed_signal(signum: int) -> int:
     return int(multihost_utils.process_allgather(np.int32(signum)).max())
 
 
-def handmade_level_names(env_size: str) -> list:
-    """The hand-designed levels the package ships for this size (levels/{s,m,l}/*.json: Kinetix's eval sets)."""
-    import kinetix
-    folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", env_size)
-    return sorted(f"{env_size}/{os.path.basename(p)[:-len('.json')]}" for p in glob.glob(os.path.join(folder, "*.json")))
-
-
-def load_handmade_levels(env_size: str, static_params):
-    from kinetix.util.saving import load_evaluation_levels
-    levels, _ = load_evaluation_levels(handmade_level_names(env_size), static_env_params_override=static_params)
-    return levels
-
-
-class LevelSampler(NamedTuple):
-    """Kinetix's random level generator behind its no-op filter, for one level per key (B26 §6)."""
-    env: Any
-    env_params: Any
-    static_params: Any
-    filter_ratio: int
-    filter_steps: int
-
-
-def noop_solves(sampler: LevelSampler, level) -> jnp.ndarray:
-    """Does the first episode of the all-zero action (motors and thrusters off) end on the goal within the filter's
-    steps? Such levels teach nothing, so the filter avoids them (Kinetix's level_filter_n_steps)."""
-    env, params = sampler.env, sampler.env_params
-    action = jnp.zeros(env.action_space(params).shape, jnp.int32)
-
-    def step(carry, _):
-        state, ended, solved = carry
-        _, state, reward, done, _ = env.step_env(None, state, action, params)
-        first = done & ~ended
-        return (state, ended | done, solved | (first & (reward > 0.5))), None
-
-    (_, _, solved), _ = jax.lax.scan(step, (level, jnp.zeros((), bool), jnp.zeros((), bool)), None, sampler.filter_steps)
-    return solved
-
-
-def candidate_keys(key, ratio: int):
-    """The keys of a level's `ratio` candidates for the no-op filter (the first one is the level when not filtering)."""
-    return jax.random.split(key, ratio + 1)[1:]
-
-
-def random_level(sampler: LevelSampler, key):
-    """One level of Kinetix's random distribution, a function of its key only."""
-    from kinetix.environment.ued.distributions import sample_kinetix_level
-    from kinetix.environment.ued.ued_state import UEDParams
-    engine = sampler.env.physics_engine  # built outside the trace (it precomputes index arrays)
-    return sample_kinetix_level(key, engine, sampler.env_params, sampler.static_params, UEDParams())
-
-
-def candidates_noop_solved(sampler: LevelSampler, key):
-    """[ratio] bools: which of the level's candidates a no-op solves."""
-    levels = jax.vmap(functools.partial(random_level, sampler))(candidate_keys(key, sampler.filter_ratio))
-    return jax.vmap(functools.partial(noop_solves, sampler))(levels)
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def pick_candidates(key, trivial, count: int):
-    """Kinetix's no-op filter over a whole request: `count` of its candidates drawn without replacement, weight 1 each,
-    0.001 when a no-op solves it (Gumbel top-k = successive weighted draws); trivial [C] -> indexes [count]. A trivial
-    candidate survives only where the request has fewer than `count` others."""
-    logw = jnp.where(trivial, math.log(0.001), 0.0)
-    return jax.lax.top_k(logw + jax.random.gumbel(key, logw.shape), count)[1]
-
-
-def level_keys(key, start: int, count: int):
-    """Key of level j of a request: fold_in(key, j), whatever the batching."""
-    return jax.vmap(functools.partial(jax.random.fold_in, key))(jnp.arange(start, start + count, dtype=jnp.uint32))
-
-
-def sample_levels(programs, args, key, n: int):
-    """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call); split evenly over
-    the devices when they divide n, else replicated."""
-    return random_levels(programs, args, key, None, 1, n, 0)
-
-
-def random_levels(programs, args, key, first: Optional[int], rows: int, cols: int, out_rows: int, filtered=True):
+# ---------------------------------------------------------------------------------------------------------
+# Level generation on the devices: a request's keys laid out per device, the generator and no-op filter looped over
+# them in one call, the levels placed where their envs play them
+# ---------------------------------------------------------------------------------------------------------
+def random_levels(train: Train, args, key, first: Optional[int], rows: int, cols: int, out_rows: int, filtered=True):
     """rows requests of cols random levels -> levels [out_rows, cols] (out_rows 0: [cols]; rows past `rows` repeat the
     last), split over the devices when they divide cols (each level made on the device that holds it), else
     replicated. Request r's key is fold_in(key, first + r) (first None: key itself, one request); its level j is the
@@ -913,10 +2405,10 @@ def random_levels(programs, args, key, first: Optional[int], rows: int, cols: in
     trivial = None
     if filtered and args.level_filter_steps and ratio > 1:
         laid = level_program("candidate_keys", rows, cols, fold, devices, batch, capacity)(key, first or 0)
-        trivial = programs.noop_solved(laid, -(-count // (devices * batch)))
+        trivial = train.noop_solved(laid, -(-count // (devices * batch)))
     laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
                                                                                                  trivial)
-    return level_program("place_levels", rows, cols, out_rows, spread)(programs.sample(laid, -(-own // batch)))
+    return level_program("place_levels", rows, cols, out_rows, spread)(train.sample(laid, -(-own // batch)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -1019,1475 +2511,6 @@ def place_levels(rows: int, cols: int, out_rows: int, spread: bool, made):
             return on_devices(x[0], P("envs"))
         return on_devices(jnp.concatenate([x, jnp.repeat(x[-1:], out_rows - rows, axis=0)]), P(None, "envs"))
     return jax.tree.map(one, made)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Agent: a permutation-invariant entity transformer (default) or the flat observation, then actor and critic MLPs
-# ---------------------------------------------------------------------------------------------------------
-class MLP(nn.Module):
-    hidden_size: int
-    num_layers: int
-    out_size: int
-    out_scale: float
-
-    @nn.compact
-    def __call__(self, x):
-        hidden = []
-        for _ in range(self.num_layers):
-            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-            hidden.append(x)
-        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.out_scale))(x), hidden
-
-
-class Gate(nn.Module):
-    """GTrXL's GRU-style gate (Parisotto et al. 2020), as Kinetix's transformer layers use it: the residual x and the
-    layer output y mix through reset and update gates instead of x + y."""
-    width: int
-
-    @nn.compact
-    def __call__(self, x, y):
-        def lin(name, v):
-            return nn.Dense(self.width, use_bias=False, name=name)(v)
-        r = jax.nn.sigmoid(lin("wr", y) + lin("ur", x))
-        z = jax.nn.sigmoid(lin("wz", y) + lin("uz", x) - self.param("bias", nn.initializers.zeros, (self.width,)))
-        h = jnp.tanh(lin("wg", y) + lin("ug", r * x))
-        return (1.0 - z) * x + z * h
-
-
-def gather_shapes(x, index):
-    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at."""
-    return jnp.take_along_axis(x, index[..., None], axis=-2)
-
-
-def scatter_add_shapes(x, index, messages):
-    """x [..., S, E] + messages [..., K, E] added to the shapes `index` [..., K] names (several may hit one shape)."""
-    one_hot = jax.nn.one_hot(index, x.shape[-2], dtype=x.dtype)  # [..., K, S]: a sum, independent of entry order
-    return x + jnp.einsum("...ks,...ke->...se", one_hot, messages)
-
-
-class EntityTransformer(nn.Module):
-    """Kinetix's permutation-invariant entity network (models/transformer_model.py at its SFL config: dummy_and_mean,
-    no feed-forward expansion, gated, single-layer joint/thruster mixing): shape tokens (polygons then circles, each
-    tagged with its kind) plus a constant summary token; per layer, gated masked self-attention over the shapes, then
-    every joint's message (both shapes and the joint) added into the shape it acts on and every thruster's (its shape
-    and the thruster) into its shape; out: the mean over the summary token and the present shapes. No positions, so
-    the output does not depend on the order of the entities."""
-    embed_dim: int
-    attention_size: int
-    num_heads: int
-    depth: int
-
-    @nn.compact
-    def __call__(self, obs):
-        e = self.embed_dim
-
-        def embed(name, features, width):
-            dense = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"embed_{name}")
-            return jnp.tanh(dense(features))
-
-        def shape_tokens(name, features, kind):
-            h = embed(name, features, e - 1)
-            return jnp.concatenate([h, jnp.full(h.shape[:-1] + (1,), kind, h.dtype)], axis=-1)
-        shapes = jnp.concatenate([shape_tokens("polygons", obs.polygons, 1.0),
-                                  shape_tokens("circles", obs.circles, 0.0)], axis=-2)
-        batch = shapes.shape[:-2]
-        x = jnp.concatenate([jnp.ones(batch + (1, e), shapes.dtype), shapes], axis=-2)
-        present = jnp.concatenate([jnp.ones(batch + (1,), bool), obs.polygon_mask.astype(bool),
-                                   obs.circle_mask.astype(bool)], axis=-1)
-        # the summary token attends to and is seen by every present shape; the observation's 4 masks cover the shapes
-        masks = obs.attention_mask.astype(bool)
-        num_masks, s = masks.shape[-3], present.shape[-1]
-        full = jnp.ones(batch + (num_masks, s, s), bool).at[..., 1:, 1:].set(masks)
-        full = full & present[..., None, :, None] & present[..., None, None, :]
-        full = jnp.repeat(full, self.num_heads // num_masks, axis=-3)  # heads 2m, 2m+1 use mask m (8 heads)
-        joints, thrusters = embed("joints", obs.joints, e), embed("thrusters", obs.thrusters, e)
-        # +1: the summary token is shape 0
-        joint_to, joint_from = obs.joint_indexes[..., 0] + 1, obs.joint_indexes[..., 1] + 1
-        thruster_on = obs.thruster_indexes + 1
-        for i in range(self.depth):
-            y = nn.MultiHeadDotProductAttention(self.num_heads, qkv_features=self.attention_size, out_features=e,
-                                                name=f"attn_{i}")(nn.LayerNorm(name=f"ln_attn_{i}")(x), mask=full)
-            y = Gate(e, name=f"gate_attn_{i}")(x, jax.nn.relu(y))
-            h = nn.Dense(e, name=f"dense_{i}")(nn.LayerNorm(name=f"ln_dense_{i}")(y))
-            x = Gate(e, name=f"gate_dense_{i}")(y, jax.nn.relu(h))
-            joint_msg = nn.Dense(e, name=f"joint_{i}")(jnp.concatenate(
-                [gather_shapes(x, joint_to), gather_shapes(x, joint_from), joints], axis=-1))
-            thruster_msg = nn.Dense(e, name=f"thruster_{i}")(jnp.concatenate(
-                [gather_shapes(x, thruster_on), thrusters], axis=-1))
-            x = scatter_add_shapes(x, joint_to, joint_msg * obs.joint_mask[..., None])
-            x = scatter_add_shapes(x, thruster_on, thruster_msg * obs.thruster_mask[..., None])
-        weights = present[..., None].astype(x.dtype)
-        return (x * weights).sum(-2) / weights.sum(-2)
-
-
-class ActorCritic(nn.Module):
-    action_mask: Any  # numpy [D, A] bool
-    network: str
-    hidden_size: int
-    num_layers: int
-    embed_dim: int = 128
-    attention_size: int = 16
-    num_heads: int = 8
-    depth: int = 2
-
-    @nn.compact
-    def __call__(self, obs):
-        """obs -> (masked logits [..., D, A], value [...], actor hidden list, critic hidden list)."""
-        obs = jax.tree.map(read_obs, obs)
-        if self.network == "mlp":
-            x = obs
-        else:
-            x = EntityTransformer(self.embed_dim, self.attention_size, self.num_heads, self.depth)(obs)
-        d, a = self.action_mask.shape
-        logits, actor_hidden = MLP(self.hidden_size, self.num_layers, d * a, 0.01, name="actor")(x)
-        value, critic_hidden = MLP(self.hidden_size, self.num_layers, 1, 1.0, name="critic")(x)
-        logits = jnp.where(self.action_mask, logits.reshape(x.shape[:-1] + (d, a)), -1e9)
-        return logits, value[..., 0], actor_hidden, critic_hidden
-
-
-def log_prob(logits, actions):
-    """Multi-discrete log-probability: the sum over action dimensions."""
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    return jnp.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0].sum(-1)
-
-
-def entropy(logits):
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    return -(jnp.exp(logp_all) * logp_all).sum((-2, -1))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# SFL: learnability, the top-K buffer, and which level each env plays (Rutherford et al. 2024; B26 §6, Table 3)
-# ---------------------------------------------------------------------------------------------------------
-def solve_rates(episodes_done, episodes_solved):
-    """p per level = solved / completed episodes of its rollout; a level with no completed episode has p = 0."""
-    return jnp.where(episodes_done > 0, episodes_solved / jnp.maximum(episodes_done, 1), 0.0)
-
-
-def learnability(p):
-    """Rutherford et al. 2024: p(1 - p), highest for levels solved half the time (neither too easy nor too hard)."""
-    return p * (1.0 - p)
-
-
-class LevelBuffer(struct.PyTreeNode):
-    levels: Any  # EnvState [K]
-    score: jnp.ndarray  # [K] learnability p(1-p)
-    p: jnp.ndarray  # [K] solve rate of the scoring rollout
-
-
-def top_k_levels(buffer: LevelBuffer, levels, p) -> LevelBuffer:
-    """Merge scored levels into the buffer and keep the K highest learnability; equal learnability prefers the higher
-    solve rate (as Kinetix's tie-break), then the earlier entry. Running, so N levels never need to be in memory."""
-    k = buffer.score.shape[0]
-    score = jnp.concatenate([buffer.score, learnability(p)])
-    rate = jnp.concatenate([buffer.p, p])
-    order = jnp.lexsort((jnp.arange(score.shape[0]), -rate, -score))[:k]  # last key is the primary one
-    kept = order < k
-
-    def pick(old, new):  # K picks from each side: concatenating the sharded batch gathered all of it on every device
-        chosen = kept.reshape(kept.shape + (1,) * (old.ndim - 1))
-        return jnp.where(chosen, old[jnp.minimum(order, k - 1)], new[jnp.maximum(order - k, 0)])
-    return LevelBuffer(levels=jax.tree.map(pick, buffer.levels, levels), score=score[order], p=rate[order])
-
-
-def empty_buffer(levels, k: int) -> LevelBuffer:
-    """Placeholder entries with score -1: any scored level (learnability >= 0) replaces them."""
-    return LevelBuffer(levels=jax.tree.map(lambda x: jnp.zeros((k,) + x.shape[1:], x.dtype), levels),
-                       score=jnp.full(k, -1.0), p=jnp.zeros(k))
-
-
-def buffer_stats(buffer: LevelBuffer) -> dict:
-    """The buffer's statistics from its scores alone: its K levels stay on the devices."""
-    score, p = (np.asarray(x) for x in fetch((buffer.score, buffer.p)))
-    return {"sfl/learnability_mean": float(score.mean()), "sfl/learnability_max": float(score.max()),
-            "sfl/frac_learnable": float(np.mean((p > 0) & (p < 1))), "sfl/solve_rate_mean": float(p.mean())}
-
-
-def level_blocks(num_from_buffer: int, num_fresh: int) -> int:
-    """g = gcd(B, F): the envs' blocks of level assignment, each of B/g buffer and F/g fresh levels. It depends on B and
-    F only, never on the device count, so one device gives the result of many (SPEC §7)."""
-    return math.gcd(num_from_buffer, num_fresh)
-
-
-def assign_levels(key, buffer_levels, fresh, num_from_buffer: int, shard=lambda x: x):
-    """The levels of one update (B26 §6): the N = B + F envs form g = level_blocks(B, F) blocks of N/g neighbours;
-    block i plays fresh levels iF/g ... (i+1)F/g - 1 and B/g levels drawn uniformly from the (replicated) buffer, at
-    random positions within the block, so exactly B = round(rho N) envs play buffer levels and each does with
-    probability rho. No block reads another's levels: when the devices divide g (shard lays the block axis over them)
-    every level stays on its device, where a permutation over all N envs moved every level to every device."""
-    if num_from_buffer == 0:  # --no-sfl: env i plays fresh level i
-        return fresh
-    num_fresh = jax.tree.leaves(fresh)[0].shape[0]
-    blocks = level_blocks(num_from_buffer, num_fresh)
-    size = (num_fresh + num_from_buffer) // blocks
-    key_pick, key_perm = jax.random.split(key)
-    k = jax.tree.leaves(buffer_levels)[0].shape[0]
-    picks = shard(jax.random.randint(key_pick, (blocks, num_from_buffer // blocks), 0, k))
-    slots = jnp.broadcast_to(jnp.arange(size), (blocks, size))  # in a block: F/g fresh slots, then B/g buffer ones
-    order = shard(jax.random.permutation(key_perm, slots, axis=1, independent=True))
-
-    def one(f, b):
-        own = shard(f.reshape((blocks, num_fresh // blocks) + f.shape[1:]))  # [g, F/g, ...]: its fresh levels
-        block = jnp.concatenate([own, b[picks]], axis=1)  # [g, N/g, ...]
-        placed = jnp.take_along_axis(block, order.reshape(order.shape + (1,) * (f.ndim - 1)), axis=1)
-        return placed.reshape((-1,) + f.shape[1:])
-    return jax.tree.map(one, fresh, buffer_levels)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# State: named pytrees instead of positional tuples
-# ---------------------------------------------------------------------------------------------------------
-class TrainState(struct.PyTreeNode):
-    params: Any
-    opt_state: Any
-    prox_params: Any  # theta_prox, the EWMA of theta (B26 §2.2); equal to params when --ewma-com 0
-
-
-class EnvBatch(struct.PyTreeNode):
-    state: Any  # EnvState [N]
-    obs: Any  # [N, ...] observation pytree
-    level: Any  # EnvState [N]: where each env resets to
-    level_obs: Any
-    ep_return: jnp.ndarray  # [N] return of the running episode
-    ep_length: jnp.ndarray  # [N]
-
-
-class RunnerState(struct.PyTreeNode):
-    train: TrainState
-    buffer: LevelBuffer
-    key: jnp.ndarray  # the training RNG stream (diagnostics, evaluation and level sampling never draw from it)
-
-
-class Transition(NamedTuple):
-    obs: Any
-    action: jnp.ndarray
-    logp: jnp.ndarray
-    value: jnp.ndarray
-    reward: jnp.ndarray
-    done: jnp.ndarray  # the episode ended after this step
-    terminated: jnp.ndarray  # ended by the goal, a hazard or a NaN (also on the last step): never bootstrapped
-    next_value: jnp.ndarray  # V(true next observation): bootstraps a time-limit cut with --bootstrap-time-limit
-
-
-class Episodes(NamedTuple):
-    done: jnp.ndarray  # [T, N]
-    ep_return: jnp.ndarray
-    ep_length: jnp.ndarray
-    solved: jnp.ndarray  # the episode ended touching the goal
-
-
-EPISODE_ROWS = 1024  # per-episode log rows per iteration; beyond, one row of aggregates (logging O(1) in N)
-
-
-class EpisodeStats(NamedTuple):
-    """One update's finished episodes, reduced on the device: counts, sums, extremes, and the first EPISODE_ROWS
-    episodes in time-major order (what the host logs one by one when there are no more)."""
-    count: jnp.ndarray
-    solved: jnp.ndarray
-    return_sum: jnp.ndarray
-    return_min: jnp.ndarray
-    return_max: jnp.ndarray
-    length_sum: jnp.ndarray
-    length_min: jnp.ndarray
-    length_max: jnp.ndarray
-    first_return: jnp.ndarray  # [min(EPISODE_ROWS, T N)]
-    first_length: jnp.ndarray
-
-
-def episode_stats(episodes: Episodes) -> EpisodeStats:
-    done = episodes.done.ravel()
-    ret, length = episodes.ep_return.ravel(), episodes.ep_length.ravel()
-    first = jnp.nonzero(done, size=min(EPISODE_ROWS, done.shape[0]), fill_value=0)[0]
-    lo, hi = jnp.finfo(jnp.float32).max, jnp.iinfo(jnp.int32).max
-    return EpisodeStats(count=done.sum(), solved=(done & episodes.solved.ravel()).sum(),
-                        return_sum=jnp.where(done, ret, 0.0).sum(), return_min=jnp.where(done, ret, lo).min(),
-                        return_max=jnp.where(done, ret, -lo).max(), length_sum=jnp.where(done, length, 0).sum(),
-                        length_min=jnp.where(done, length, hi).min(), length_max=jnp.where(done, length, -hi).max(),
-                        first_return=ret[first], first_length=length[first])
-
-
-def episode_rows(stats: EpisodeStats, i: int) -> list:
-    """Update i's episode log rows (SPEC §4): one per finished episode up to EPISODE_ROWS, else one row of the mean
-    with _count, _min and _max."""
-    count = int(stats.count[i])
-    if count <= EPISODE_ROWS:
-        return [{"charts/episodic_return": r, "charts/episodic_length": n}
-                for r, n in zip(stats.first_return[i][:count], stats.first_length[i][:count])]
-    return [{"charts/episodic_return": stats.return_sum[i] / count, "charts/episodic_return_count": count,
-             "charts/episodic_return_min": stats.return_min[i], "charts/episodic_return_max": stats.return_max[i],
-             "charts/episodic_length": stats.length_sum[i] / count, "charts/episodic_length_min": stats.length_min[i],
-             "charts/episodic_length_max": stats.length_max[i]}]
-
-
-KL_REF_POINTS = 64  # policies kept per probed update for ref KL(pi_J || pi_j): the probe's size does not grow with J
-
-
-class Probe(struct.PyTreeNode):
-    """What the diagnostics need from one update, filled only when that update is probed (lax.cond); every leaf is
-    empty when diagnostics are off. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
-    KL(pi_j || pi_j-1) is accumulated step by step and only KL_REF_POINTS policies are kept for the ref profile."""
-    params_before: Any
-    first_grad: jnp.ndarray  # flat first-minibatch gradient
-    start_logits: jnp.ndarray  # [S, D, A]: pi_0 (behavior) on the fixed state set S
-    last_logits: jnp.ndarray  # [S, D, A]: the latest policy (pi_J at the end)
-    kept_logits: jnp.ndarray  # [P, S, D, A]: pi_j at the steps j of ref_steps(J)
-    seq_kl: jnp.ndarray  # [J]: mean over S of KL(pi_j+1 || pi_j), float32
-    obs: Any  # [S, ...]
-    actions: jnp.ndarray  # [S, D]
-    steps: jnp.ndarray  # minibatch steps taken (J unless --target-kl stopped early)
-
-
-class Hyper(struct.PyTreeNode):
-    """Hyperparameters passed as traced values: changing them reuses the compiled program."""
-    clip_coef: jnp.ndarray
-    ewma_com: jnp.ndarray
-    ent_coef: jnp.ndarray
-    vf_coef: jnp.ndarray
-
-
-class Setup(NamedTuple):
-    """Static configuration closed over by the jitted functions."""
-    env: Any
-    env_params: Any
-    network: ActorCritic
-    optimizer: Any
-    mesh: Mesh
-    num_envs: int
-    num_steps: int
-    num_minibatches: int
-    minibatch_form: str
-    update_epochs: int
-    gamma: float
-    gae_lambda: float
-    bootstrap_time_limit: bool
-    clip_vloss: bool
-    norm_adv: bool
-    use_ewma: bool  # --ewma-com > 0: B26 eq. 4 with theta_prox; else plain PPO
-    imp_samp_max: float
-    target_kl: Optional[float]
-    probe_index: np.ndarray  # indices of the diagnostic states in the flattened batch
-    max_timesteps: int
-    num_from_buffer: int  # round(rho N), 0 with --no-sfl
-    rollout_length: int  # L of the scoring rollouts
-
-
-def shard_envs(setup: Setup, tree):
-    """SPEC §7: the env (or level) axis is split over all devices; everything else is replicated."""
-    spec = NamedSharding(setup.mesh, P("envs"))
-    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
-
-
-def shard_blocks(setup: Setup, x):
-    """assign_levels' block axis over the devices when they divide it (else GSPMD places the blocks: correct, not
-    local)."""
-    if x.shape[0] % setup.mesh.size:
-        return x
-    return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, P("envs")))
-
-
-def runner_shardings(setup: Setup, runner: RunnerState):
-    replicated = NamedSharding(setup.mesh, P())
-    return jax.tree.map(lambda _: replicated, runner)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Rollout: every env starts the update on its assigned level and resets to it when an episode ends
-# ---------------------------------------------------------------------------------------------------------
-def start_envs(setup: Setup, levels) -> EnvBatch:
-    levels = shard_envs(setup, levels)
-    obs = jax.vmap(setup.env.get_obs)(levels)
-    n = jax.tree.leaves(levels)[0].shape[0]
-    return EnvBatch(state=levels, obs=obs, level=levels, level_obs=obs, ep_return=jnp.zeros(n),
-                    ep_length=jnp.zeros(n, jnp.int32))
-
-
-def env_step(setup: Setup, envs: EnvBatch, action):
-    """Step every env; an ended episode restarts the env's own level."""
-    obs, state, reward, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
-        None, envs.state, action, setup.env_params)
-    solved = done & info["GoalR"]
-    terminated = done & info["terminated"]
-    ep_return, ep_length = envs.ep_return + reward, envs.ep_length + 1
-    new_envs = envs.replace(state=tree_select(done, envs.level, state), obs=tree_select(done, envs.level_obs, obs),
-                            ep_return=jnp.where(done, 0.0, ep_return), ep_length=jnp.where(done, 0, ep_length))
-    episodes = Episodes(done=done, ep_return=ep_return, ep_length=ep_length, solved=solved)
-    return shard_envs(setup, new_envs), obs, reward, done, terminated, episodes
-
-
-def rollout_step(setup: Setup, params, envs: EnvBatch, key):
-    logits, value, _, _ = setup.network.apply(params, envs.obs)
-    action = jax.random.categorical(key, logits)
-    new_envs, true_next_obs, reward, done, terminated, episodes = env_step(setup, envs, action)
-    if setup.bootstrap_time_limit:  # a second forward pass per step, only when a truncation is bootstrapped
-        _, next_value, _, _ = setup.network.apply(params, true_next_obs)
-    else:
-        next_value = jnp.zeros_like(value)
-    transition = Transition(obs=envs.obs, action=action, logp=log_prob(logits, action), value=value, reward=reward,
-                            done=done, terminated=terminated, next_value=next_value)
-    return new_envs, (transition, episodes)
-
-
-def collect_rollout(setup: Setup, params, envs: EnvBatch, key):
-    keys = jax.random.split(key, setup.num_steps)
-    return jax.lax.scan(functools.partial(rollout_step, setup, params), envs, keys)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Advantages
-# ---------------------------------------------------------------------------------------------------------
-def gae_step(gamma: float, lam: float, bootstrap_time_limit: bool, carry, t: Transition):
-    """GAE (Schulman et al. 2016) backwards in time. An ended episode adds nothing after its last step (Kinetix's
-    GAE); with bootstrap_time_limit an episode cut by the time limit bootstraps from V(true next obs) instead."""
-    next_adv, next_value = carry
-    cut = t.done & ~t.terminated if bootstrap_time_limit else jnp.zeros_like(t.done)
-    v_next = jnp.where(t.done, jnp.where(cut, t.next_value, 0.0), next_value)
-    delta = t.reward + gamma * v_next - t.value
-    adv = delta + gamma * lam * (1.0 - t.done) * next_adv
-    return (adv, t.value), adv
-
-
-def compute_gae(traj: Transition, last_value, gamma: float, lam: float, bootstrap_time_limit: bool = True):
-    _, advantages = jax.lax.scan(functools.partial(gae_step, gamma, lam, bootstrap_time_limit),
-                                 (jnp.zeros_like(last_value), last_value), traj, reverse=True)
-    return advantages, advantages + traj.value
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loss and update
-# ---------------------------------------------------------------------------------------------------------
-def ewma_update(prox_params, params, com: float):
-    """B26 §2.2: theta_prox <- beta theta_prox + (1 - beta) theta, beta = C / (C + 1) (footnote 1)."""
-    beta = com / (com + 1.0)
-    return jax.tree.map(lambda q, p: beta * q + (1.0 - beta) * p, prox_params, params)
-
-
-def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: float, imp_samp_max: float):
-    """B26 eq. 4 per sample: pi_prox/pi_behavior * max(-A r_prox, -A clip(r_prox)). As in Hilton et al.'s code,
-    pi_behavior is raised to pi/imp_samp_max so that pi/pi_behavior <= imp_samp_max (no gradient through it).
-    With pi_prox = pi_behavior and no truncation this is CleanRL's PPO loss, bit for bit."""
-    logp_adj = behavior_logp
-    if imp_samp_max > 0:
-        logp_adj = jnp.maximum(behavior_logp, jax.lax.stop_gradient(newlogp) - math.log(imp_samp_max))
-    ratio = jnp.exp(newlogp - prox_logp)
-    weight = jnp.exp(prox_logp - logp_adj)
-    return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
-
-
-class Batch(NamedTuple):
-    obs: Any
-    action: jnp.ndarray
-    logp: jnp.ndarray
-    advantages: jnp.ndarray
-    returns: jnp.ndarray
-    value: jnp.ndarray
-
-
-def ppo_loss(setup: Setup, hyper: Hyper, params, prox_params, mb: Batch):
-    """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox."""
-    logits, newvalue, _, _ = setup.network.apply(params, mb.obs)
-    newlogp = log_prob(logits, mb.action)
-    logratio = newlogp - mb.logp
-    ratio = jnp.exp(logratio)
-    advantages = mb.advantages
-    if setup.norm_adv:
-        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
-    if setup.use_ewma:
-        prox_logits, _, _, _ = setup.network.apply(prox_params, mb.obs)
-        prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
-        pg_loss = decoupled_pg_loss(newlogp, prox_logp, mb.logp, advantages, hyper.clip_coef, setup.imp_samp_max).mean()
-        clip_ratio = jnp.exp(newlogp - prox_logp)
-    else:  # plain PPO: the behavior policy is also the proximal one, nothing to truncate
-        pg_loss = decoupled_pg_loss(newlogp, mb.logp, mb.logp, advantages, hyper.clip_coef, 0.0).mean()
-        clip_ratio = ratio
-    if setup.clip_vloss:
-        v_clipped = mb.value + jnp.clip(newvalue - mb.value, -hyper.clip_coef, hyper.clip_coef)
-        v_loss = 0.5 * jnp.maximum((newvalue - mb.returns) ** 2, (v_clipped - mb.returns) ** 2).mean()
-    else:
-        v_loss = 0.5 * ((newvalue - mb.returns) ** 2).mean()
-    entropy_loss = entropy(logits).mean()
-    loss = pg_loss - hyper.ent_coef * entropy_loss + v_loss * hyper.vf_coef
-    stats = jnp.stack([pg_loss, v_loss, entropy_loss, (-logratio).mean(), ((ratio - 1) - logratio).mean(),
-                       (jnp.abs(clip_ratio - 1.0) > hyper.clip_coef).mean()])
-    return loss, jax.lax.stop_gradient(stats)
-
-
-class UpdateCarry(struct.PyTreeNode):
-    train: TrainState
-    probe: Probe
-    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
-    steps: jnp.ndarray
-    stopped: jnp.ndarray  # --target-kl ended the epochs
-
-
-def minibatch_step(setup: Setup, hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
-    """One Adam step on a minibatch; the loss is a mean over the whole (sharded) minibatch, so the gradient is the
-    average over every device's samples."""
-    train = carry.train
-    (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, setup, hyper), has_aux=True)(
-        train.params, train.prox_params, mb)
-    grad_norm = optax.global_norm(grads)
-    updates, opt_state = setup.optimizer.update(grads, train.opt_state, train.params)
-    params = optax.apply_updates(train.params, updates)
-    new_train = TrainState(params=params, opt_state=opt_state, prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
-    probe = carry.probe
-    if setup.probe_index.size:  # diagnostics on: a side branch that reads, never writes, the training values
-        probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, setup), lambda *_: carry.probe,
-                             carry.probe, carry.steps, grads, params)
-    new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
-                      steps=carry.steps + 1, stopped=carry.stopped)
-    return new, stats
-
-
-def minibatch_layout(num_steps: int, num_minibatches: int) -> tuple:
-    """(S, G): S time slots x G env groups = the minibatches. S = gcd(M, T) is the most slots T allows, and
-    G = M / S divides N whenever M divides N x T."""
-    slots = math.gcd(num_minibatches, num_steps)
-    return slots, num_minibatches // slots
-
-
-def epoch_order(key, num_steps: int, num_envs: int, num_minibatches: int):
-    """An epoch's draw: each env's own random order of its T steps, cut into S slots (shape [S, T/S, N]), and the
-    random order in which the M = S x G minibatches are taken."""
-    slots, groups = minibatch_layout(num_steps, num_minibatches)
-    key_time, key_mb = jax.random.split(key)
-    steps = jnp.broadcast_to(jnp.arange(num_steps)[:, None], (num_steps, num_envs))
-    order = jax.random.permutation(key_time, steps, axis=0, independent=True)
-    return order.reshape(slots, num_steps // slots, num_envs), jax.random.permutation(key_mb, num_minibatches)
-
-
-def take_minibatch(batch, order, index, groups: int):
-    """Minibatch `index` = slot index // G of env group index % G (envs g, g + G, ...), from a [T, N, ...] batch.
-    It gathers along time within each env, so a device reads only its own envs: minibatches of a permuted flat
-    batch made XLA copy the whole batch to every device (2 devices: 34.6 GiB each at 65k envs, 29.1 on one)."""
-    group = index % groups
-
-    def own_group(x):  # [T', N, ...] -> [T', N/G, ...]: the group's envs first, so the gather reads 1/G of the batch
-        return jax.lax.dynamic_index_in_dim(x.reshape((x.shape[0], -1, groups) + x.shape[2:]), group, 2, False)
-    rows = own_group(order[index // groups])  # [T/S, N/G]: this slot's steps of the group's envs
-
-    def take(x):
-        picked = jnp.take_along_axis(own_group(x), rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=0)
-        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
-    return jax.tree.map(take, batch)
-
-
-def trajectory_order(key, num_envs: int, num_minibatches: int):
-    """An epoch's draw for whole-trajectory minibatches: [N/M, M], row b deals the M envs bM ... bM+M-1 of block b
-    one to each minibatch in a random order. Kinetix deals a random permutation of a device's envs; dealing within
-    blocks of M neighbours gives every minibatch the same share of each device's envs on any device count."""
-    blocks = num_envs // num_minibatches
-    dealt = jnp.broadcast_to(jnp.arange(num_minibatches), (blocks, num_minibatches))
-    return jax.random.permutation(key, dealt, axis=1, independent=True)
-
-
-def take_trajectories(batch, order, index):
-    """Minibatch `index` = all T steps of env bM + order[b, index] of every block b, from a [T, N, ...] batch; the
-    gather stays within each block, so a device reads only its own envs when M divides its env count."""
-    num_minibatches = order.shape[1]
-    cols = order[:, index]  # [N/M]
-
-    def take(x):
-        blocks = x.reshape((x.shape[0], -1, num_minibatches) + x.shape[2:])
-        picked = jnp.take_along_axis(blocks, cols.reshape((1, -1, 1) + (1,) * (x.ndim - 2)), axis=2)[:, :, 0]
-        return jnp.swapaxes(picked, 0, 1).reshape((-1,) + x.shape[2:])  # env-major: the env axis stays sharded
-    return jax.tree.map(take, batch)
-
-
-def update_epoch(setup: Setup, hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
-    """Every sample once, in M minibatches of whole trajectories (default) or of T/S steps of each of N/G envs; the
-    same minibatches on any device count."""
-    if setup.minibatch_form == "trajectories":
-        order = trajectory_order(key, setup.num_envs, setup.num_minibatches)
-        mb_order = jnp.arange(setup.num_minibatches)  # membership is already random
-
-        def take(index):
-            return take_trajectories(batch, order, index)
-    else:
-        groups = minibatch_layout(setup.num_steps, setup.num_minibatches)[1]
-        order, mb_order = epoch_order(key, setup.num_steps, setup.num_envs, setup.num_minibatches)
-
-        def take(index):
-            return take_minibatch(batch, order, index, groups)
-
-    def step(carry, index):
-        return minibatch_step(setup, hyper, probe_on, carry, take(index))
-
-    def run(carry):
-        carry, stats = jax.lax.scan(step, carry, mb_order)
-        stopped = stats[-1, 4] > setup.target_kl if setup.target_kl is not None else carry.stopped
-        return carry.replace(stopped=stopped)
-    return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
-
-
-def update_iteration(setup: Setup, hyper: Hyper, fresh, runner: RunnerState, probe: Probe, probe_on):
-    """One PPO iteration: assign levels (buffer or fresh), rollout, GAE, update_epochs x num_minibatches steps."""
-    key, key_levels, key_rollout, key_update = jax.random.split(runner.key, 4)
-    params = runner.train.params
-    levels = assign_levels(key_levels, runner.buffer.levels, fresh, setup.num_from_buffer,
-                           functools.partial(shard_blocks, setup))
-    envs = start_envs(setup, levels)
-    envs, (traj, episodes) = collect_rollout(setup, params, envs, key_rollout)
-    _, last_value, _, _ = setup.network.apply(params, envs.obs)
-    advantages, returns = compute_gae(traj, last_value, setup.gamma, setup.gae_lambda, setup.bootstrap_time_limit)
-    batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
-    if setup.probe_index.size:
-        probe = jax.lax.cond(probe_on, functools.partial(start_probe, setup), lambda *_: probe, probe, params, batch)
-    carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
-                        stopped=jnp.zeros((), bool))
-    keys = jax.random.split(key_update, setup.update_epochs)
-    carry, _ = jax.lax.scan(functools.partial(update_epoch, setup, hyper, batch, probe_on), carry, keys)
-    var_y = jnp.var(batch.returns)
-    explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
-    stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
-    return runner.replace(train=carry.train, key=key), carry.probe, stats, episodes
-
-
-def train_chunk(setup: Setup, max_updates: int, hyper: Hyper, fresh, runner: RunnerState, probe: Probe,
-                num_updates, probe_at):
-    """Run num_updates (<= max_updates, dynamic: one compiled program for every chunk length) updates, update i on
-    the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe. Episodes come
-    back reduced (EpisodeStats per update), so what the host reads does not grow with N."""
-    stats_buf = jnp.full((max_updates, 8), jnp.nan)
-    empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((setup.num_steps, setup.num_envs), d)
-                                                     for d in (bool, jnp.float32, jnp.int32, bool))))
-    episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
-
-    def body(i, carry):
-        runner, probe, stats_buf, episodes_buf = carry
-        runner, probe, stats, episodes = update_iteration(setup, hyper, tree_take(fresh, i), runner, probe, i == probe_at)
-        episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episode_stats(episodes))
-        return runner, probe, stats_buf.at[i].set(stats), episodes_buf
-
-    return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# SFL filtering: play each candidate level for L steps with the current policy and count solved episodes
-# ---------------------------------------------------------------------------------------------------------
-class ScoreCarry(NamedTuple):
-    envs: EnvBatch
-    done: jnp.ndarray  # [B] completed episodes
-    solved: jnp.ndarray  # [B] completed episodes that reached the goal
-
-
-def score_step(setup: Setup, params, carry: ScoreCarry, key):
-    logits, _, _, _ = setup.network.apply(params, carry.envs.obs)
-    envs, _, _, done, _, episodes = env_step(setup, carry.envs, jax.random.categorical(key, logits))
-    return ScoreCarry(envs, carry.done + done, carry.solved + episodes.solved), None
-
-
-def score_levels(setup: Setup, params, levels, key):
-    """p per level over an L-step rollout (sampled actions, auto-reset to the same level), then p(1-p)."""
-    envs = start_envs(setup, levels)
-    n = jax.tree.leaves(levels)[0].shape[0]
-    carry = ScoreCarry(envs, jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32))
-    carry, _ = jax.lax.scan(functools.partial(score_step, setup, params), carry,
-                            jax.random.split(key, setup.rollout_length))
-    return solve_rates(carry.done, carry.solved)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): recorded inside the update behind lax.cond, read-only, no training RNG draws
-# ---------------------------------------------------------------------------------------------------------
-def ref_steps(num_steps: int) -> np.ndarray:
-    """The steps j whose policy is kept for ref KL(pi_J || pi_j): all J when J <= KL_REF_POINTS, else evenly spaced."""
-    if num_steps <= KL_REF_POINTS:
-        return np.arange(num_steps)
-    return np.unique(np.linspace(0, num_steps - 1, KL_REF_POINTS).round().astype(np.int64))
-
-
-def ref_slots(num_steps: int) -> np.ndarray:
-    """[J + 1]: where step j's policy goes in Probe.kept_logits, -1 if it is not kept."""
-    slots = np.full(num_steps + 1, -1, np.int32)
-    kept = ref_steps(num_steps)
-    slots[kept] = np.arange(len(kept))
-    return slots
-
-
-def empty_probe(setup: Setup, params, obs_example, num_diag: int) -> Probe:
-    if num_diag == 0:  # diagnostics off: nothing allocated (and nothing copied to the devices)
-        return Probe(*(jnp.zeros((0,)) for _ in dataclasses.fields(Probe)))
-    d, a = setup.network.action_mask.shape
-    num_steps = setup.update_epochs * setup.num_minibatches
-    flat, _ = ravel_pytree(params)
-    logits = jnp.zeros((num_diag, d, a))
-    return Probe(params_before=jax.tree.map(jnp.zeros_like, params), first_grad=jnp.zeros_like(flat),
-                 start_logits=logits, last_logits=logits,
-                 kept_logits=jnp.zeros((len(ref_steps(num_steps)), num_diag, d, a)), seq_kl=jnp.zeros(num_steps),
-                 obs=jax.tree.map(lambda x: jnp.zeros((num_diag,) + x.shape[1:], x.dtype), obs_example),
-                 actions=jnp.zeros((num_diag, d), jnp.int32), steps=jnp.zeros((), jnp.int32))
-
-
-def start_probe(setup: Setup, probe: Probe, params, batch: Batch) -> Probe:
-    t, n = np.divmod(setup.probe_index, setup.num_envs)  # flat index t x N + n of the [T, N] batch
-    obs, actions = jax.tree.map(lambda x: x[t, n], batch.obs), batch.action[t, n]
-    logits, _, _, _ = setup.network.apply(params, obs)
-    return probe.replace(params_before=params, obs=obs, actions=actions, start_logits=logits, last_logits=logits,
-                         kept_logits=probe.kept_logits.at[0].set(logits), seq_kl=jnp.zeros_like(probe.seq_kl),
-                         steps=jnp.zeros((), jnp.int32))
-
-
-def mean_policy_kl(logits_p, logits_q):
-    """Mean over states of KL(p || q) summed over action dimensions; the log-ratio is formed from logit differences
-    first (float32, on the device)."""
-    logp = jax.nn.log_softmax(logits_p, axis=-1)
-    log_ratio = (logits_p - logits_q) - (jax.nn.logsumexp(logits_p, -1, keepdims=True)
-                                         - jax.nn.logsumexp(logits_q, -1, keepdims=True))
-    return (jnp.exp(logp) * log_ratio).sum((-2, -1)).mean()
-
-
-def record_probe_step(setup: Setup, probe: Probe, step, grads, params) -> Probe:
-    first_grad = jnp.where(step == 0, ravel_pytree(grads)[0], probe.first_grad)
-    logits, _, _, _ = setup.network.apply(params, probe.obs)
-    slot = jnp.asarray(ref_slots(probe.seq_kl.shape[0]))[step + 1]
-    at = jnp.maximum(slot, 0)
-    kept = probe.kept_logits.at[at].set(jnp.where(slot >= 0, logits, probe.kept_logits[at]))
-    return probe.replace(first_grad=first_grad, last_logits=logits, kept_logits=kept,
-                         seq_kl=probe.seq_kl.at[step].set(mean_policy_kl(logits, probe.last_logits)), steps=step + 1)
-
-
-def log_softmax64(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
-def flat_params(params) -> np.ndarray:
-    return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(params)])
-
-
-def compute_diagnostics(setup: Setup, probe: Probe, train: TrainState, batch_size: int, grad_norm: float):
-    probe, train = fetch((probe, train))  # on every process (a collective); the rest is host math
-    mask = np.asarray(setup.network.action_mask)
-    steps = int(probe.steps)
-    after, behavior = log_softmax64(probe.last_logits), log_softmax64(probe.start_logits)
-    seq = [float(x) for x in probe.seq_kl[:steps]]
-    kept = [j for j in ref_steps(len(probe.seq_kl)) if j < steps]  # --target-kl may have stopped early
-    ref = [float(np.mean(categorical_kl(after, log_softmax64(probe.kept_logits[slot])).sum(-1)))
-           for slot, _ in enumerate(kept)]
-    kl_behavior = float(np.mean(categorical_kl(behavior, after).sum(-1)))
-    taken = np.take_along_axis(after - behavior, probe.actions[..., None], axis=-1)[..., 0].sum(-1)
-    apply = jax.jit(setup.network.apply)
-    prox_logits, _, actor_h, critic_h = apply(train.prox_params, probe.obs)
-    params_after = flat_params(train.params)
-    out = {
-        "diagnostics/kl_behavior": kl_behavior,
-        "diagnostics/ddr": batch_size / max(kl_behavior, 1e-12),  # B26 §4.4
-        "diagnostics/kl_prox": float(np.mean(categorical_kl(log_softmax64(np.asarray(prox_logits)), after).sum(-1))),
-        "diagnostics/seq_kl_mean": float(np.mean(seq)),
-        "diagnostics/ref_kl_mean": float(np.mean(ref)),
-        "diagnostics/update_size": float(np.linalg.norm(params_after - flat_params(probe.params_before))),
-        "diagnostics/grad_norm": float(grad_norm),
-        "diagnostics/grad_kurtosis": log_grad_kurtosis(np.asarray(probe.first_grad)),
-        "diagnostics/ess_pct": ess_pct(taken),
-        "diagnostics/policy_variance": policy_variance(np.exp(after)[:, mask]),
-        "diagnostics/weight_norm": float(np.linalg.norm(params_after)),
-        "diagnostics/actor_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["actor"]))),
-        "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_params(train.params["params"]["critic"]))),
-    }
-    for prefix, hidden in (("", actor_h), ("critic_", critic_h)):
-        hidden = [np.asarray(h, np.float64) for h in hidden]
-        rank, srank = feature_ranks(hidden[-1])
-        dormant = dormant_fractions(hidden)
-        out[f"diagnostics/{prefix}feature_rank"] = rank
-        out[f"diagnostics/{prefix}srank"] = srank
-        out[f"diagnostics/{prefix}dormant_frac"] = dormant[0.025]
-        out[f"diagnostics/{prefix}dormant_frac_tau0"] = dormant[0.0]
-        out[f"diagnostics/{prefix}dormant_frac_tau0.1"] = dormant[0.1]
-    return out, seq, ref, [int(j) for j in kept]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Evaluation: a level's solve rate = the mean over attempts of "the first episode reached the goal" (B26 Figs. 11, 20)
-# ---------------------------------------------------------------------------------------------------------
-class EvalCarry(NamedTuple):
-    state: Any
-    obs: Any
-    finished: jnp.ndarray
-    solved: jnp.ndarray
-    key: jnp.ndarray
-    t: jnp.ndarray
-
-
-def eval_step(setup: Setup, params, carry: EvalCarry) -> EvalCarry:
-    key, key_action = jax.random.split(carry.key)
-    logits, _, _, _ = setup.network.apply(params, carry.obs)
-    obs, state, _, done, info = jax.vmap(setup.env.step_env, (None, 0, 0, None))(
-        None, carry.state, jax.random.categorical(key_action, logits), setup.env_params)
-    live = ~carry.finished
-    return EvalCarry(state=state, obs=obs, finished=carry.finished | done,
-                     solved=carry.solved | (live & done & info["GoalR"]), key=key, t=carry.t + 1)
-
-
-def first_episode_solved(setup: Setup, levels, params, key):
-    """[E] bools: the first episode from each level ended on the goal (sampled actions, as Kinetix evaluates)."""
-    n = jax.tree.leaves(levels)[0].shape[0]
-    carry = EvalCarry(state=levels, obs=jax.vmap(setup.env.get_obs)(levels), finished=jnp.zeros(n, bool),
-                      solved=jnp.zeros(n, bool), key=key, t=jnp.zeros((), jnp.int32))
-    carry = jax.lax.while_loop(lambda c: (c.t < setup.max_timesteps + 1) & ~c.finished.all(),
-                               functools.partial(eval_step, setup, params), carry)
-    return carry.solved
-
-
-def tile_attempts(levels, attempts: int):
-    """Every level `attempts` times, level-major: [n * attempts]."""
-    return jax.tree.map(lambda x: jnp.repeat(x, attempts, axis=0), levels)
-
-
-def level_solve_rates(solved: np.ndarray, attempts: int) -> np.ndarray:
-    """Per level: the mean over its attempts of the first-episode outcome."""
-    return np.asarray(solved, np.float64).reshape(-1, attempts).mean(axis=1)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Main: args -> validation -> seeding -> envs -> agent -> storage -> loop -> summary
-# ---------------------------------------------------------------------------------------------------------
-SCRIPT = "sfl_kinetix_jax"
-STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
-              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
-
-
-def sfl_counts(args) -> tuple:
-    """(envs playing buffer levels, envs playing fresh levels) at every update."""
-    from_buffer = 0 if args.no_sfl else int(round(args.sfl_sample_ratio * args.num_envs))
-    return from_buffer, args.num_envs - from_buffer
-
-
-def validate(args, argv: list) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
-    apply_preset(args, argv)
-    check_finite_floats(args)
-    check(args.env_size in ENV_SIZES, f"--env-size {args.env_size!r} is not one of {', '.join(ENV_SIZES)}")
-    check(args.network in NETWORKS, f"--network {args.network!r} is not one of {', '.join(NETWORKS)}")
-    check(args.obs_dtype in OBS_DTYPES, f"--obs-dtype {args.obs_dtype!r} is not one of {', '.join(OBS_DTYPES)}")
-    check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
-    check_ppo_flags(args)
-    check(args.ewma_com >= 0, f"--ewma-com must be >= 0 (got {args.ewma_com}); 0 is plain PPO")
-    check(args.imp_samp_max == 0 or args.imp_samp_max > 1, f"--imp-samp-max must be > 1, or 0 to disable (got {args.imp_samp_max})")
-    for name in ("episode_length", "sfl_num_levels", "sfl_rollout_length", "sfl_buffer_size", "sfl_update_period",
-                 "sfl_filter_batch", "level_batch", "level_filter_ratio", "hidden_size", "num_hidden_layers",
-                 "attention_size", "num_heads", "transformer_depth", "eval_attempts", "updates_per_chunk"):
-        check(getattr(args, name) >= 1, f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
-    for name in ("level_filter_steps", "eval_random_levels", "eval_every", "checkpoint_every", "diagnostics_every",
-                 "eval_level_seed"):
-        check(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0 (got {getattr(args, name)})")
-    check(0 <= args.sfl_sample_ratio <= 1, f"--sfl-sample-ratio must lie in [0, 1] (got {args.sfl_sample_ratio})")
-    if args.train_levels:
-        check(args.no_sfl, "--train-levels: SFL chooses its levels among random ones; add --no-sfl to train on a list")
-        known = handmade_level_names(args.env_size)
-        unknown = [name for name in args.train_levels if name not in known]
-        check(not unknown, f"--train-levels {' '.join(unknown)}: not a hand-designed level of --env-size "
-              f"{args.env_size}; one of {', '.join(known)}")
-    check(args.sfl_buffer_size <= args.sfl_num_levels, f"--sfl-buffer-size {args.sfl_buffer_size} exceeds "
-          f"--sfl-num-levels {args.sfl_num_levels}: the buffer keeps the best K of the N levels scored")
-    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
-    check(args.sfl_num_levels % filter_batch == 0, f"--sfl-num-levels {args.sfl_num_levels} is not a multiple of "
-          f"--sfl-filter-batch {filter_batch}; choose a divisor")
-    check(args.embed_dim >= 2, f"--embed-dim must be >= 2 (got {args.embed_dim}): a shape's embedding ends with its kind")
-    check(args.attention_size % args.num_heads == 0,
-          f"--attention-size {args.attention_size} must be divisible by --num-heads {args.num_heads}")
-    check(args.num_heads % 4 == 0, f"--num-heads {args.num_heads} must be a multiple of 4: the heads share out the "
-          "observation's 4 attention masks")
-    check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
-    check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
-    check(args.minibatch_form in ("trajectories", "steps"),
-          f"--minibatch-form {args.minibatch_form!r} is not one of trajectories, steps")
-    scaling = resolve_scaling(args)
-    check(args.minibatch_form == "steps" or args.num_envs % scaling["num_minibatches"] == 0,
-          f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
-          "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass "
-          "--minibatch-form steps")
-    devices = jax.device_count()
-    check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
-    check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
-    return scaling
-
-
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
-    keys, the update's form)."""
-    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length,
-            "network": args.network,
-            "num_envs": args.num_envs, "no_sfl": args.no_sfl,
-            "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
-            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
-            "attention_size": args.attention_size, "num_heads": args.num_heads,
-            "transformer_depth": args.transformer_depth,
-            "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
-            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
-            "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
-
-
-# signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
-# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
-# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
-# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
-SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
-                     "bootstrap_time_limit": True}
-
-
-def apply_scaling(args, scaling: dict) -> None:
-    """Write the resolved batch, minibatches and learning rate into args (what build_config and the loop read)."""
-    args.batch_size = scaling["batch_size"]
-    args.minibatch_size_resolved = scaling["minibatch_size"]
-    args.num_minibatches = scaling["num_minibatches"]
-    args.learning_rate = scaling["learning_rate"]
-    args.num_iterations = args.total_timesteps // args.batch_size
-
-
-LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
-
-
-def log_sizes(run_dir: str) -> dict:
-    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
-            if os.path.exists(os.path.join(run_dir, name))}
-
-
-def cut_logs(run_dir: str, ckpt: dict) -> None:
-    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
-    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
-    without recorded sizes keeps the rows up to its iteration."""
-    sizes = ckpt.get("log_sizes")
-    for name in LOG_FILES:
-        path = os.path.join(run_dir, name)
-        if not os.path.exists(path):
-            continue
-        if sizes is not None:
-            with open(path, "rb") as f:
-                kept = f.read(sizes.get(name, 0))
-        else:
-            with open(path) as f:
-                kept = "".join(line for line in f if line.strip()
-                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
-        atomic_write(path, kept)
-
-
-class Phase:
-    """One line when a setup phase starts and one with its time when it ends, so that a first run on a CPU (minutes of
-    compiling) says what it is doing while it does it."""
-
-    def __init__(self, what: str, note: str = ""):
-        self.what, self.note = what, note
-
-    def __enter__(self):
-        self.t0 = time.time()
-        print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
-        return self
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
-
-
-class ActiveTimeLogger(RunLogger):
-    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
-    sessions before the resumed checkpoint plus this one, never the time between sessions."""
-
-    def __init__(self, *args, active_before: float = 0.0, session_start: Optional[float] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.active_before, self.session_start = active_before, session_start or time.time()
-
-    def wall_clock(self) -> float:
-        return self.active_before + time.time() - self.session_start
-
-
-def next_stop(iteration: int, args, first: bool = False) -> int:
-    """The next iteration after which the host has something to do (log events, buffer update, checkpoint, end). A
-    session's first chunk is one update: it compiles the chunk, and a stop signal is answered right after."""
-    stops = [args.num_iterations, iteration + (1 if first else args.updates_per_chunk)]
-    periods = [args.eval_every, args.diagnostics_every, args.checkpoint_every]
-    if not args.no_sfl:
-        periods.append(args.sfl_update_period)
-    for every in periods:
-        if every:
-            stops.append((iteration // every + 1) * every)
-    return min(stops)
-
-
-class BuildConfig(NamedTuple):
-    """Everything the compiled programs depend on (hashable: equal configs share programs in one process)."""
-    env_size: str
-    episode_length: int
-    network: str
-    obs_dtype: str
-    hidden_size: int
-    num_hidden_layers: int
-    embed_dim: int
-    attention_size: int
-    num_heads: int
-    transformer_depth: int
-    num_envs: int
-    num_steps: int
-    num_minibatches: int
-    minibatch_form: str
-    batch_size: int
-    update_epochs: int
-    gamma: float
-    gae_lambda: float
-    bootstrap_time_limit: bool
-    clip_vloss: bool
-    norm_adv: bool
-    use_ewma: bool
-    imp_samp_max: float
-    target_kl: Optional[float]
-    diagnostics_states: int
-    updates_per_chunk: int
-    learning_rate: float
-    anneal_lr: bool
-    anneal_iterations: int
-    max_grad_norm: float
-    num_from_buffer: int
-    rollout_length: int
-    level_filter_ratio: int
-    level_filter_steps: int
-    devices: int
-
-
-def build_config(args) -> BuildConfig:
-    return BuildConfig(
-        env_size=args.env_size, episode_length=args.episode_length, network=args.network, obs_dtype=args.obs_dtype,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers, embed_dim=args.embed_dim, attention_size=args.attention_size,
-        num_heads=args.num_heads, transformer_depth=args.transformer_depth, num_envs=args.num_envs,
-        num_steps=args.num_steps, num_minibatches=args.num_minibatches, minibatch_form=args.minibatch_form,
-        batch_size=args.batch_size, update_epochs=args.update_epochs,
-        gamma=args.gamma, gae_lambda=args.gae_lambda,
-        bootstrap_time_limit=args.bootstrap_time_limit, clip_vloss=args.clip_vloss, norm_adv=args.norm_adv,
-        use_ewma=args.ewma_com > 0, imp_samp_max=args.imp_samp_max if args.ewma_com > 0 else 0.0,
-        target_kl=args.target_kl,
-        diagnostics_states=args.diagnostics_states if args.diagnostics_every else 0,
-        updates_per_chunk=args.updates_per_chunk,
-        learning_rate=args.learning_rate, anneal_lr=args.anneal_lr,
-        anneal_iterations=args.num_iterations if args.anneal_lr else 0, max_grad_norm=args.max_grad_norm,
-        num_from_buffer=sfl_counts(args)[0], rollout_length=args.sfl_rollout_length,
-        level_filter_ratio=args.level_filter_ratio, level_filter_steps=args.level_filter_steps,
-        devices=jax.device_count())
-
-
-class Programs(NamedTuple):
-    """The jitted programs of a configuration (those over the global mesh wrapped in InStep)."""
-    chunk: Any  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
-    sample: Any  # (keys [C, G], calls) -> levels [C, G], rows < calls made (looped)
-    noop_solved: Any  # (keys [C, G], calls) -> [C, G, level_filter_ratio] bools: a no-op solves the candidate
-    score: Any  # (params, levels [B], key) -> p [B]
-    merge: Any  # (buffer, levels [B], p [B]) -> buffer
-    first_solved: Any  # (levels [E], params, key) -> [E] bools, on one device
-    init: Any  # (level, seed) -> RunnerState
-
-
-@functools.lru_cache(maxsize=2)
-def build(cfg: BuildConfig, buffer_size: int):
-    """Envs, network, optimizer and the jitted programs."""
-    env, env_params, static_params = make_env(cfg.env_size, cfg.network, cfg.episode_length, cfg.obs_dtype)
-    _, mask = action_layout(env, env_params)
-    network = ActorCritic(action_mask=mask, network=cfg.network, hidden_size=cfg.hidden_size,
-                          num_layers=cfg.num_hidden_layers, embed_dim=cfg.embed_dim,
-                          attention_size=cfg.attention_size, num_heads=cfg.num_heads, depth=cfg.transformer_depth)
-    schedule = cfg.learning_rate
-    if cfg.anneal_lr:  # CleanRL: linear to zero, constant within an iteration
-        steps_per_iteration = cfg.update_epochs * cfg.num_minibatches
-        def schedule(count):
-            return cfg.learning_rate * (1.0 - (count // steps_per_iteration) / cfg.anneal_iterations)
-    optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(schedule, eps=1e-5))
-    mesh = env_mesh()
-    setup = Setup(env=env, env_params=env_params, network=network, optimizer=optimizer, mesh=mesh,
-                  num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_minibatches=cfg.num_minibatches,
-                  minibatch_form=cfg.minibatch_form, update_epochs=cfg.update_epochs, gamma=cfg.gamma,
-                  gae_lambda=cfg.gae_lambda, bootstrap_time_limit=cfg.bootstrap_time_limit, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, use_ewma=cfg.use_ewma,
-                  imp_samp_max=cfg.imp_samp_max, target_kl=cfg.target_kl,
-                  probe_index=diagnostic_states(cfg.batch_size, cfg.diagnostics_states),  # empty: diagnostics off
-                  max_timesteps=int(env_params.max_timesteps), num_from_buffer=cfg.num_from_buffer,
-                  rollout_length=cfg.rollout_length)
-    sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
-                           filter_ratio=cfg.level_filter_ratio, filter_steps=cfg.level_filter_steps)
-    sharded = NamedSharding(mesh, P("envs"))
-    eval_device = jax.local_devices()[0]  # small programs: one device of this process, not the same work on all
-    eval_setup = setup._replace(mesh=Mesh(np.array([eval_device]), ("envs",)))
-    calls = NamedSharding(mesh, P(None, "envs"))  # [loop step, keys over the devices]
-    in_calls = (calls, NamedSharding(mesh, P()))
-    programs = Programs(
-        chunk=InStep("chunk", jax.jit(functools.partial(train_chunk, setup, cfg.updates_per_chunk), donate_argnums=(2, 3))),
-        sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
-                                        in_shardings=in_calls, out_shardings=calls)),
-        noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
-                                                         sharded), in_shardings=in_calls, out_shardings=calls)),
-        score=InStep("score", jax.jit(functools.partial(score_levels, setup))),
-        merge=InStep("merge", jax.jit(top_k_levels)),
-        first_solved=jax.jit(functools.partial(first_episode_solved, eval_setup)),
-        init=jax.jit(functools.partial(init_runner, setup, buffer_size)))
-    return setup, static_params, programs
-
-
-def init_runner(setup: Setup, buffer_size: int, level, seed) -> RunnerState:
-    """Parameters from the seed's init key; the buffer starts as placeholders (filled before update 1)."""
-    key, key_init = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(jnp.uint32(seed)), 0))
-    obs = jax.tree.map(lambda x: x[None], setup.env.get_obs(level))
-    params = setup.network.init(key_init, obs)
-    train = TrainState(params=params, opt_state=setup.optimizer.init(params), prox_params=jax.tree.map(jnp.copy, params))
-    levels = jax.tree.map(lambda x: x[None], level)
-    return RunnerState(train=train, buffer=empty_buffer(levels, buffer_size), key=key)
-
-
-def level_streams(seed: int):
-    """Keys of the level streams, separate from the training stream: fresh training levels and SFL candidates."""
-    root = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
-    return jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
-
-
-def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
-    ref = jax.tree.leaves(template)
-    check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
-                                          for a, b in zip(ref, leaves)),
-          f"{flag}: the checkpoint's state does not match this configuration (network or env shapes)")
-    return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
-
-
-def refresh_buffer(programs: Programs, args, runner: RunnerState, filter_key, period_index: int,
-                   stopped=lambda: False) -> Optional[RunnerState]:
-    """Every T updates (B26 Table 3): score N fresh random levels with the current policy, batch by batch, and keep
-    the K most learnable (the buffer is replaced, as in Kinetix's SFL). None when stopped() turns true between
-    batches: the refresh is dropped, and a resumed run redoes it from the same keys."""
-    batch = min(args.sfl_filter_batch, args.sfl_num_levels)
-    key = jax.random.fold_in(filter_key, period_index)
-    buffer = runner.buffer.replace(score=jnp.full_like(runner.buffer.score, -1.0))  # the previous buffer is not kept
-    replicated = NamedSharding(env_mesh(), P())
-    for b in range(args.sfl_num_levels // batch):
-        if b and stopped():
-            return None
-        levels = sample_levels(programs, args, jax.random.fold_in(key, 2 * b), batch)
-        score_key = to_global(fetch(jax.random.fold_in(key, 2 * b + 1)), replicated)
-        p = programs.score(runner.train.params, levels, score_key)
-        buffer = programs.merge(buffer, levels, p)
-    return runner.replace(buffer=buffer)
-
-
-def fresh_levels(programs: Programs, args, fresh_key, first_iteration: int, n: int):
-    """[updates_per_chunk, F] fresh random levels for updates first+1 ... first+n (the rest repeat the last, unused);
-    update i's levels (one filter request, as Kinetix samples an update's levels in one call) depend only on i, so
-    chunking and resuming do not change them. When the devices divide F, level f is made on the device whose envs
-    play it (assign_levels' blocks), so fresh levels never cross devices."""
-    num_fresh = sfl_counts(args)[1]
-    levels = random_levels(programs, args, fresh_key, first_iteration, n, max(num_fresh, 1), args.updates_per_chunk)
-    return levels if num_fresh else jax.tree.map(lambda x: x[:, :0], levels)  # rho = 1: no fresh levels
-
-
-def listed_levels(levels, num_envs: int, updates_per_chunk: int):
-    """[updates_per_chunk, N] levels for --train-levels: env i plays listed level i mod their count at every update."""
-    count = jax.tree.leaves(levels)[0].shape[0]
-    per_env = tree_take(levels, jnp.arange(num_envs) % count)
-    return jax.tree.map(lambda x: jnp.broadcast_to(x[None], (updates_per_chunk, *x.shape)), per_env)
-
-
-def estimate_memory(setup: Setup, programs: Programs, args, template: RunnerState, sample_level_example) -> dict:
-    """XLA's compiled-memory analysis of each program at this configuration's shapes, per device; nothing runs."""
-    mesh = setup.mesh
-    sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
-
-    def abstract(tree, sharding, lead=()):
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(lead + tuple(x.shape), x.dtype, sharding=sharding), tree)
-
-    def per_level(n, sharding):
-        return abstract(jax.tree.map(lambda x: x[0], sample_level_example), sharding, (n,))
-    runner = abstract(template, replicated)
-    probe = jax.eval_shape(lambda: empty_probe(setup, template.train.params,
-                                               jax.tree.map(lambda x: x[None], setup.env.get_obs(
-                                                   jax.tree.map(lambda x: x[0], sample_level_example))),
-                                               len(setup.probe_index)))
-    probe = abstract(probe, replicated)
-    fresh_count = sfl_counts(args)[1]
-    fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
-    fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
-                                                        sharding=fresh_sharding), sample_level_example)
-    hyper = Hyper(*(jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for _ in range(4)))
-    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
-                                sharding=NamedSharding(mesh, P(None, "envs")))
-    lowered = {"train_chunk": programs.chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
-               "level_sampler": programs.sample.lower(keys, scalar)}
-    if args.level_filter_steps and args.level_filter_ratio > 1:
-        lowered["level_filter"] = programs.noop_solved.lower(keys, scalar)
-    if not args.no_sfl:
-        lowered["sfl_scoring"] = programs.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
-    out = {}
-    for name, low in lowered.items():
-        t0 = time.time()
-        stats = low.compile().memory_analysis()
-        total = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
-        out[name] = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
-                     "temp_bytes": stats.temp_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
-                     "total_bytes": total, "compile_seconds": time.time() - t0}
-    return out
-
-
-def init_distributed() -> None:
-    """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
-    coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
-    count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
-    # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
-
-
-
-def main():
-    if "--distributed" in sys.argv[1:]:  # before anything touches the devices
-        init_distributed()
-    args = tyro.cli(Args)
-    try:
-        scaling = validate(args, sys.argv[1:])
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args), implied=SIGNATURE_IMPLIED) if args.resume else None
-        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
-              f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
-              f"{ckpt and ckpt['iteration']}; raise it to continue")
-        if not args.estimate_memory:
-            check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
-    except UsageError as e:
-        exit_usage(e)
-    apply_scaling(args, scaling)
-    from_buffer, from_fresh = sfl_counts(args)
-    lead = jax.process_index() == 0  # the process that writes the run directory
-    print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
-          + (f", preset={args.preset}" if args.preset != "none" else "")
-          + (f", train_levels={' '.join(args.train_levels)}" if args.train_levels else "")
-          + (", no_sfl" if args.no_sfl else f", sfl N={args.sfl_num_levels} T={args.sfl_update_period} "
-             f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
-             f"({from_buffer} buffer + {from_fresh} fresh envs)"))
-
-    blocks = level_blocks(from_buffer, from_fresh)
-    if (blocks if from_buffer else from_fresh) % jax.device_count():
-        print(f"note: the {jax.device_count()} devices do not divide the {blocks} blocks of level assignment "
-              f"(gcd of {from_buffer} buffer and {from_fresh} fresh envs): correct, but levels move between devices "
-              "at every update (docs/sfl_kinetix_jax.md, SFL)")
-
-    # Envs, levels and agent (seeding: one seed, separate streams for init/training, fresh levels, SFL candidates)
-    t0 = time.time()
-    with Phase("building the envs, the level generator and the agent",
-               "compiles Kinetix's random level generator the first time: minutes on a CPU"):
-        setup, static_params, programs = build(build_config(args), args.sfl_buffer_size)
-        fresh_key, filter_key = level_streams(args.seed)
-        example = fetch(random_levels(programs, args, jax.random.PRNGKey(0), None, 1, 1, 0, filtered=False))  # shapes
-        template = programs.init(jax.tree.map(lambda x: x[0], example), args.seed)
-    if args.estimate_memory:
-        report = estimate_memory(setup, programs, args, template, example)
-        for name, stats in report.items():
-            print(f"{name}: {stats['total_bytes'] / 2**30:.3f} GiB per device (arguments "
-                  f"{stats['argument_bytes'] / 2**30:.3f}, outputs {stats['output_bytes'] / 2**30:.3f}, temporaries "
-                  f"{stats['temp_bytes'] / 2**30:.3f}, aliased {stats['alias_bytes'] / 2**30:.3f}; compiled in "
-                  f"{stats['compile_seconds']:.1f}s)")
-        peak = max(s["total_bytes"] for s in report.values())
-        print(f"estimated peak per device: {peak / 2**30:.3f} GiB over {jax.device_count()} devices "
-              f"({jax.default_backend()}); the programs run one at a time")
-        print(json.dumps({"estimate_memory": report, "peak_bytes": peak, "devices": jax.device_count()}))
-        return
-    start_iteration = ckpt["iteration"] if ckpt else 0
-    if ckpt:
-        try:
-            runner = restore_runner(template, ckpt["runner"], "--resume")
-        except UsageError as e:
-            exit_usage(e)
-        print(f"resuming {args.resume} at iteration {start_iteration}")
-    else:
-        runner = template
-    lockstep("init")  # init compiled on each process alone
-    replicated = NamedSharding(setup.mesh, P())
-    runner = to_global(fetch(runner), runner_shardings(setup, runner))
-    obs_example = jax.tree.map(lambda x: x[None], setup.env.get_obs(jax.tree.map(lambda x: x[0], example)))
-    probe = to_global(fetch(empty_probe(setup, template.train.params, obs_example, len(setup.probe_index))), replicated)
-    hyper = to_global(Hyper(clip_coef=np.float32(args.clip_coef), ewma_com=np.float32(args.ewma_com),
-                            ent_coef=np.float32(args.ent_coef), vf_coef=np.float32(args.vf_coef)), replicated)
-
-    # Evaluation levels: a fixed random set (same for every seed) and the package's hand-designed levels
-    eval_device = jax.local_devices()[0]
-    with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
-               "compiles the no-op filter the first time"):
-        eval_random = fetch(sample_levels(programs, args, jax.random.PRNGKey(args.eval_level_seed),
-                                          max(args.eval_random_levels, 1)))
-    handmade = load_handmade_levels(args.env_size, static_params)
-    handmade_names = handmade_level_names(args.env_size)
-    num_handmade = len(handmade_names)
-    eval_levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
-                                             args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
-    eval_levels = jax.device_put(fetch(eval_levels), eval_device)
-    if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
-        index = jnp.array([handmade_names.index(name) for name in args.train_levels])
-        listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
-                           NamedSharding(setup.mesh, P(None, "envs")))
-    lockstep("levels")  # the hand-designed levels load on each process alone
-    eval_key = jax.random.PRNGKey(args.seed + 7919)  # its own stream: evaluation never touches training's
-    print(f"levels, {num_handmade} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
-
-    # Run directory (absolute: run files record it); a resumed run's logs are cut back to its checkpoint
-    if args.resume:
-        run_dir = os.path.abspath(ckpt["run_dir"])
-        if lead:
-            cut_logs(run_dir, ckpt)
-    else:
-        run_name = f"Kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.abspath(os.path.join(args.runs_dir, run_name))
-    config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
-              "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
-              "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
-              "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh, "level_blocks": blocks,
-                      "handmade_levels": handmade_names, "train_levels": list(args.train_levels)}}
-    wall_offset = ckpt["wall_time"] if args.resume else 0.0
-    start_time = time.time()
-    logger = ActiveTimeLogger(run_dir, config, args, args.num_iterations * args.batch_size,
-                              start_iteration if args.resume else 0, headline="charts/solve_rate_random",
-                              active_before=wall_offset, session_start=start_time) if lead else None
-    stop = StopFlag()
-    lockstep("run directory")  # process 0 has written it
-
-    def log(step, it, scalars):
-        if logger:
-            logger.log(step, it, scalars)
-
-    global_step = start_iteration * args.batch_size
-    filter_seconds = ckpt.get("filter_seconds", 0.0) if args.resume else 0.0
-    timed_steps, timed_from = 0, None
-    status, iteration = "finished", start_iteration
-
-    def checkpoint(iteration, runner):
-        leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]  # on every process: a collective
-        if not logger:
-            return
-        logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
-        save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
-            "script": SCRIPT, "signature": signature(args), "iteration": iteration,
-            "global_step": iteration * args.batch_size, "wall_time": wall_offset + time.time() - start_time,
-            "filter_seconds": filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-            "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
-
-    def run_eval(iteration, params):
-        # every process evaluates the same on its own device, so that all stay in step; process 0 logs
-        solved = jax.device_get(programs.first_solved(eval_levels, jax.device_put(fetch(params), eval_device),
-                                                      jax.random.fold_in(eval_key, iteration)))
-        rates = level_solve_rates(solved, args.eval_attempts)
-        handmade_rates = rates[args.eval_random_levels:]
-        scalars = {"charts/solve_rate_handmade": float(handmade_rates.mean())}
-        for name, rate in zip(handmade_names, handmade_rates):  # per level: what the mean hides
-            scalars[f"charts/solve_rate_handmade/{name.split('/', 1)[1]}"] = float(rate)
-        if args.eval_random_levels:
-            scalars["charts/solve_rate_random"] = float(rates[:args.eval_random_levels].mean())
-        log(iteration * args.batch_size, iteration, scalars)
-        return scalars
-
-    def stopped() -> bool:  # a stop signal, agreed by every process
-        stop.signum = agreed_signal(stop.signum)
-        return bool(stop.signum)
-
-    last_eval = None
-    if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
-        with Phase(f"first evaluation: {args.eval_random_levels} random + {num_handmade} hand-designed levels x "
-                   f"{args.eval_attempts} attempts", "compiles the evaluation the first time"):
-            run_eval(0, runner.train.params)
-        if stopped():
-            status = "interrupted"
-            checkpoint(iteration, runner)
-    first = True
-    while iteration < args.num_iterations and status != "interrupted":
-        if not args.no_sfl and iteration % args.sfl_update_period == 0:  # B26 Table 3: every T updates
-            t_filter = time.time()
-            with Phase(f"SFL buffer: scoring {args.sfl_num_levels} random levels for {args.sfl_rollout_length} "
-                       "steps each", "compiles the scoring the first time") if first else contextlib.nullcontext():
-                refreshed = refresh_buffer(programs, args, runner, filter_key, iteration // args.sfl_update_period,
-                                           stopped)
-            if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
-                status = "interrupted"
-                checkpoint(iteration, runner)
-                break
-            runner = refreshed
-            stats_buffer = buffer_stats(runner.buffer)
-            filter_seconds += time.time() - t_filter
-            log(global_step, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
-        end = next_stop(iteration, args, first)
-        n = end - iteration
-        diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        fresh = listed if args.train_levels else fresh_levels(programs, args, fresh_key, iteration, n)
-        with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
-            runner, probe, stats, episodes = programs.chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
-            # gathered global values, the same on every process: all take the same NaN decision below
-            stats, episodes = fetch((stats, episodes))
-        first = False
-        params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
-        finite_rows = np.isfinite(stats[:n, :7]).all(axis=1)
-        bad = int(np.argmin(finite_rows)) if not finite_rows.all() else (n - 1 if not params_ok else None)
-
-        now = time.time()
-        if timed_from is None:  # SPS excludes the first chunk (compilation, warm-up)
-            timed_from, timed_steps = now, 0
-        else:
-            timed_steps += n * args.batch_size
-        sps = timed_steps / (now - timed_from) if timed_steps else n * args.batch_size / (now - start_time)
-        for i in range(n if bad is None else bad):
-            it = iteration + i + 1
-            step = it * args.batch_size
-            for row in episode_rows(episodes, i):
-                log(step, it, row)
-            lr = scaling["learning_rate"] * (1.0 - (it - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
-            scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
-            scalars.update({name: stats[i, j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
-            if episodes.count[i]:
-                scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
-            if diag_at == it:
-                diag, seq, ref, ref_at = compute_diagnostics(setup, probe, runner.train, args.batch_size, stats[i, 6])
-                scalars.update(diag)
-                if args.kl_profile and logger:
-                    logger.log_profile({"global_step": step, "iteration": it, "seq_kl": seq, "ref_kl": ref,
-                                        "ref_steps": ref_at})
-            log(step, it, scalars)
-        if bad is not None:
-            print(f"error: non-finite loss or parameters at iteration {iteration + bad + 1}; the last good checkpoint "
-                  "is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
-            status = "diverged"
-            break
-        iteration, global_step = end, end * args.batch_size
-        if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
-            last_eval = run_eval(iteration, runner.train.params)
-        if logger:
-            logger.progress(global_step, sps)
-        stop.signum = agreed_signal(stop.signum)  # a chunk boundary: every process stops here or none does
-        if stop.signum:
-            status = "interrupted"
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            checkpoint(iteration, runner)
-        if logger:
-            logger.flush()
-        lockstep("chunk")  # process 0 has logged and written the checkpoint
-        if status == "interrupted":
-            break
-
-    elapsed = time.time() - start_time
-    final_sps = timed_steps / (time.time() - timed_from) if timed_from and timed_steps else (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9)
-    summary = {"status": status, "global_step": global_step, "iteration": iteration, "SPS": final_sps,
-               "SPS_with_warmup": (global_step - start_iteration * args.batch_size) / max(elapsed, 1e-9),
-               "filter_seconds": filter_seconds, "filter_share": filter_seconds / max(wall_offset + elapsed, 1e-9)}
-    if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
-        last_eval = run_eval(iteration, runner.train.params)
-        checkpoint(iteration, runner)
-        summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
-        summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
-        print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
-              f"levels, {summary['solve_rate_handmade']:.4f} on {num_handmade} hand-designed levels "
-              f"({args.eval_attempts} attempts each)")
-        lockstep("final")  # process 0 has written the checkpoint
-        params = fetch(runner.train.params) if args.save_model else None  # on every process: a collective
-        if args.save_model and logger:
-            model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
-            atomic_write(model_path, pickle.dumps(params))
-            summary["model_path"] = model_path
-            print(f"model saved to {model_path}")
-    if logger:
-        logger.close(summary)
-        print(f"SPS: {final_sps:.0f} (with warm-up: {summary['SPS_with_warmup']:.0f}); filtering took "
-              f"{summary['filter_share']:.1%} of the wall time; run directory: {logger.run_dir}")
-        if status == "interrupted":
-            print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
-    if status == "diverged":
-        sys.exit(3)
-    if status == "interrupted":
-        sys.exit(128 + stop.signum)
 
 
 if __name__ == "__main__":

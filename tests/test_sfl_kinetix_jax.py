@@ -6,8 +6,9 @@ Compile time is what this file spends: Kinetix's random level sampler alone take
 loaded 2-core machine, so every end-to-end run (which needs it for fresh levels, SFL candidates and the random
 evaluation set) is marked slow; the default run keeps the math, the presets and the bad-input checks (seconds).
 As in test_ppo_ewma_jax2d.py: a persistent compilation cache in the gitignored .jax_cache/, XLA's backend
-optimisation at -O0, and in-process runs sharing the traced programs (lru_cache'd build)."""
+optimisation at -O0, and in-process runs sharing the traced programs (shared_make_train)."""
 import collections
+import dataclasses
 import functools
 import glob
 import json
@@ -20,6 +21,8 @@ import socket
 import subprocess
 import sys
 import time
+import types
+from unittest import mock
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
@@ -30,6 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tyro  # noqa: E402
 from flax import struct  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
@@ -151,11 +155,10 @@ sys.path.insert(0, sys.argv[1])
 from cleanrl_scaling import sfl_kinetix_jax as m
 F, B, K, L = 2048, 2048, 256, 1024
 mesh = Mesh(jax.devices(), ("envs",))
-setup = m.Setup(*([None] * 4), mesh, *([None] * (len(m.Setup._fields) - 5)))
 def out(x):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("envs")))
 def blocks(key, buffer, fresh):
-    return out(m.assign_levels(key, buffer, fresh, B, functools.partial(m.shard_blocks, setup)))
+    return out(m.assign_levels(key, buffer, fresh, B, functools.partial(m.shard_blocks, mesh)))
 def global_permutation(key, buffer, fresh):  # the assignment before: one permutation over all N envs
     picked = buffer[jax.random.randint(key, (B,), 0, K)]
     return out(jnp.concatenate([fresh, picked])[jax.random.permutation(key, F + B)])
@@ -177,7 +180,7 @@ looped = jax.jit(m.looped(lambda keys: {"x": jax.vmap(lambda k: jax.random.unifo
 def sample(keys, steps):
     calls.append((steps, keys.shape[1]))
     return looped(keys, steps)
-programs = m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample})
+programs = m.Train(**{**dict.fromkeys(m.Train._fields), "sample": sample})
 args = m.Args(num_envs=16, sfl_sample_ratio=0.5, updates_per_chunk=4, level_batch=2, level_filter_steps=0)
 got = m.fresh_levels(programs, args, jax.random.PRNGKey(7), 10, 3)["x"]
 made = jax.ShapeDtypeStruct((6, 4, 3), jnp.float32, sharding=NamedSharding(mesh, P(None, "envs")))
@@ -224,7 +227,7 @@ def fake_programs(calls):
     def sample(keys, steps):
         calls.append((steps, keys.shape[1]))
         return looped_sample(keys, steps)
-    return m.Programs(**{**dict.fromkeys(m.Programs._fields), "sample": sample, "noop_solved": looped_noop})
+    return m.Train(**{**dict.fromkeys(m.Train._fields), "sample": sample, "noop_solved": looped_noop})
 
 
 def test_fresh_levels_come_from_their_keys_whatever_the_level_batch():
@@ -390,37 +393,44 @@ class FakeEnv:
     def get_obs(self, state):
         return jnp.stack([state.timestep, state.kind]).astype(jnp.float32)
 
+    def action_space(self, params):
+        return FakeSpace()
 
-def fake_setup(rollout_length):
-    mask = np.array([[True, True]])
-    network = m.ActorCritic(action_mask=mask, network="mlp", hidden_size=4, num_layers=1)
-    params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
-    setup = m.Setup(env=FakeEnv(), env_params=None, network=network, optimizer=None,
-                    mesh=jax.sharding.Mesh(np.array(jax.devices()[:1]), ("envs",)), num_envs=3, num_steps=1,
-                    num_minibatches=1, minibatch_form="trajectories", update_epochs=1, gamma=0.99, gae_lambda=0.95,
-                    bootstrap_time_limit=False, clip_vloss=True, norm_adv=True,
-                    use_ewma=False, imp_samp_max=0.0, target_kl=None, probe_index=np.arange(1), max_timesteps=5,
-                    num_from_buffer=0, rollout_length=rollout_length)
+
+class FakeSpace:
+    number_of_dims_per_distribution = [2]  # one action dimension of two choices
+
+
+def fake_train(rollout_length, env=None, env_params=None, **fields):
+    """make_train on a scripted env (default FakeEnv, episodes of at most 5 steps): an MLP of 4 units on its two
+    observation features, 3 envs; fields override Args."""
+    args = m.Args(**{**dict(network="mlp", hidden_size=4, num_hidden_layers=1, num_envs=3, num_steps=1,
+                            num_minibatches=1, update_epochs=1, sfl_rollout_length=rollout_length), **fields})
+    args.batch_size = args.num_envs * args.num_steps
+    made = (env or FakeEnv(), env_params or types.SimpleNamespace(max_timesteps=5), None)
+    with mock.patch.object(m, "make_env", lambda *_: made):
+        train = m.make_train(args)
+    params = train.network.init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
     levels = FakeState(timestep=jnp.zeros(3, jnp.int32), kind=jnp.arange(3))
-    return setup, params, levels
+    return train, params, levels
 
 
 def test_solve_rate_counts_only_the_first_episode():
-    setup, params, levels = fake_setup(0)
-    solved = m.first_episode_solved(setup, levels, params, jax.random.PRNGKey(1))
+    train, params, levels = fake_train(0)
+    solved = train.first_solved(levels, params, jax.random.PRNGKey(1))
     assert solved.tolist() == [False, True, False]  # kind 0's later goal is a second episode's, not counted
     np.testing.assert_allclose(m.level_solve_rates(np.array([1, 0, 1, 1, 0, 0, 0, 0], bool), 4), [0.75, 0.0])
     assert m.tile_attempts({"x": jnp.array([7, 8])}, 3)["x"].tolist() == [7, 7, 7, 8, 8, 8]  # level-major
 
 
 def test_scoring_rollout_counts_completed_episodes_on_the_same_level():
-    setup, params, levels = fake_setup(11)
-    p = m.score_levels(setup, params, levels, jax.random.PRNGKey(2))
+    train, params, levels = fake_train(11)
+    p = train.score(params, levels, jax.random.PRNGKey(2))
     # 11 steps, each env resetting to its own level: kind 0 fails every 2 steps (5 episodes, p = 0), kind 1 solves
     # every 3 steps (3 episodes, p = 1), kind 2 is truncated at 5 and 10 (2 episodes, p = 0)
     np.testing.assert_allclose(p, [0.0, 1.0, 0.0])
-    setup, params, levels = fake_setup(4)  # kind 2 completes no episode in 4 steps: p = 0 by definition
-    np.testing.assert_allclose(m.score_levels(setup, params, levels, jax.random.PRNGKey(2)), [0.0, 1.0, 0.0])
+    train, params, levels = fake_train(4)  # kind 2 completes no episode in 4 steps: p = 0 by definition
+    np.testing.assert_allclose(train.score(params, levels, jax.random.PRNGKey(2)), [0.0, 1.0, 0.0])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -472,19 +482,18 @@ def probe_bytes(probe):
 def test_diagnostics_off_allocate_no_probe():
     args = m.Args(diagnostics_every=0)
     m.apply_scaling(args, m.validate(args, ["--diagnostics-every", "0"]))
-    assert m.build_config(args).diagnostics_states == 0
-    setup, params, _ = fake_setup(0)
-    assert probe_bytes(m.empty_probe(setup, params, jnp.zeros((1, 2)), 0)) == 0
+    train, params, _ = fake_train(0, diagnostics_every=args.diagnostics_every)
+    assert train.probe_index.size == 0 and fake_train(0)[0].probe_index.size == 3  # on: every state of the batch of 3
+    assert probe_bytes(m.empty_probe(train.network, params, jnp.zeros((1, 2)), len(train.probe_index), 256)) == 0
 
 
 def test_probe_size_does_not_grow_with_minibatch_steps():
     """65k/1M presets: 8 epochs x 1,024 minibatches = 8,192 steps; the probe kept every policy (2.4 GB per device);
     now the same size at 16 or 8,192 steps but for the J floats of the seq-KL profile."""
-    setup, params, _ = fake_setup(0)
+    train, params, _ = fake_train(0)
     sizes = []
     for epochs, minibatches in ((2, 8), (8, 16), (8, 1024)):
-        one = setup._replace(update_epochs=epochs, num_minibatches=minibatches)
-        probe = jax.eval_shape(lambda: m.empty_probe(one, params, jnp.zeros((1, 2)), 512))
+        probe = jax.eval_shape(lambda: m.empty_probe(train.network, params, jnp.zeros((1, 2)), 512, epochs * minibatches))
         sizes.append(probe_bytes(probe) - probe.seq_kl.size * 4)
     assert sizes[0] < sizes[1] == sizes[2]  # up to KL_REF_POINTS steps every policy is kept, then a fixed number
 
@@ -493,19 +502,20 @@ def test_probe_profiles_match_every_policy_kept():
     """J = 70 minibatch steps (more than KL_REF_POINTS): seq KL accumulated step by step on the device equals the
     float64 KL of consecutive policies; the kept policies are those of ref_steps(J), evenly spaced, the first and
     the last step among them."""
-    setup, params, _ = fake_setup(0)
     J, S = 70, 6
-    setup = setup._replace(update_epochs=1, num_minibatches=J, num_envs=S, probe_index=np.arange(S))
+    train, params, _ = fake_train(0, update_epochs=1, num_minibatches=J, num_envs=S)
+    assert (train.probe_index == np.arange(S)).all()
     keys = jax.random.split(jax.random.PRNGKey(5), J + 2)
     obs = jax.random.normal(keys[0], (1, S, 2))
     batch = m.Batch(obs=obs, action=jnp.zeros((1, S, 1), jnp.int32), logp=None, advantages=None, returns=None,
                     value=None)
     policies = [jax.tree.map(lambda p, k=k: p + 0.3 * jax.random.normal(k, p.shape), params) for k in keys[1:]]
-    probe = m.start_probe(setup, m.empty_probe(setup, params, obs[0], S), policies[0], batch)
-    record = jax.jit(functools.partial(m.record_probe_step, setup))
+    probe = m.empty_probe(train.network, params, obs[0], S, J)
+    probe = m.start_probe(train.network, train.probe_index, S, probe, policies[0], batch)
+    record = jax.jit(functools.partial(m.record_probe_step, train.network))
     for j in range(J):
         probe = record(probe, jnp.int32(j), params, policies[j + 1])
-    apply = jax.jit(setup.network.apply)
+    apply = jax.jit(train.network.apply)
     logps = [m.log_softmax64(np.asarray(apply(p, obs[0])[0])) for p in policies]
     seq = [np.mean(m.categorical_kl(logps[j], logps[j - 1]).sum(-1)) for j in range(1, J + 1)]
     np.testing.assert_allclose(probe.seq_kl, seq, rtol=1e-3, atol=1e-7)
@@ -631,15 +641,18 @@ class KinetixLikeEnv:
     def get_obs(self, state):
         return jnp.stack([state.timestep, state.kind]).astype(jnp.float32)
 
+    def action_space(self, params):
+        return FakeSpace()
+
 
 def test_a_terminal_on_the_last_step_is_a_termination():
     from kinetix.environment.env_state import EnvParams
     env = m.ObsEnv(KinetixLikeEnv(), False, jnp.dtype("float32"))
-    setup = fake_setup(0)[0]._replace(env=env, env_params=EnvParams().replace(max_timesteps=3), num_envs=4)
-    envs = m.start_envs(setup, TimedState(timestep=jnp.zeros(4, jnp.int32), kind=jnp.arange(4)))
+    train = fake_train(0, env=env, env_params=EnvParams().replace(max_timesteps=3), num_envs=4)[0]
+    envs = train.start_envs(TimedState(timestep=jnp.zeros(4, jnp.int32), kind=jnp.arange(4)))
     seen = []
     for _ in range(3):
-        envs, _, _, done, terminated, _ = m.env_step(setup, envs, jnp.zeros((4, 1), jnp.int32))
+        envs, _, _, done, terminated, _ = train.env_step(envs, jnp.zeros((4, 1), jnp.int32))
         seen.append((np.asarray(done).tolist(), np.asarray(terminated).tolist()))
     assert seen[1] == ([False, False, False, True], [False, False, False, True])  # kind 3: a hazard before the limit
     # step 3 = the time limit: kind 0 is cut (truncated); the hazard and the goal reached on it are terminations
@@ -937,17 +950,44 @@ def test_handmade_levels_are_the_packaged_eval_sets():
 # ---------------------------------------------------------------------------------------------------------
 # Bad input: one line, exit 2, before anything is built
 # ---------------------------------------------------------------------------------------------------------
+# Fields the compiled programs take as arguments (the seed, chunk lengths) or never read (how often to log, evaluate and
+# checkpoint; where): runs that differ only in these share one make_train. Diagnostics enter the programs only as on/off.
+RUNTIME_FIELDS = {"seed", "exp_name", "runs_dir", "resume", "progress", "checkpoint_every", "track", "total_timesteps",
+                  "num_iterations", "eval_every", "diagnostics_every", "kl_profile", "save_model", "estimate_memory"}
+MAKE_TRAIN = m.make_train
+
+
+def shared_make_train(args):
+    """m.make_train, once per program-relevant configuration: the in-process runs below then share the traced and
+    compiled programs (tracing Kinetix's level generator takes minutes here). The two most recent are kept, as the
+    lru_cache(maxsize=2) of the script's build() before make_train."""
+    key = tuple((k, v) for k, v in sorted(dataclasses.asdict(args).items()) if k not in RUNTIME_FIELDS)
+    key += (args.diagnostics_every > 0, args.num_iterations if args.anneal_lr else None)
+    made = shared_make_train.made
+    if key not in made:
+        made[key] = MAKE_TRAIN(args)
+        while len(made) > 2:
+            made.pop(next(iter(made)))
+    made[key] = made.pop(key)  # the most recent last
+    return made[key]
+
+
+shared_make_train.made = {}
+
+
 def run_main(argv):
     old_argv = sys.argv
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     sys.argv = [SCRIPT] + argv
     code = 0
+    m.make_train = shared_make_train
     try:
         m.main()
     except SystemExit as e:
         code = e.code
     finally:
         sys.argv = old_argv
+        m.make_train = MAKE_TRAIN
         for s, h in handlers.items():
             signal.signal(s, h)
     return code
@@ -1345,3 +1385,63 @@ def test_ppo_math_copies_agree_with_ppo_ewma_jax2d():
     cond = jnp.array([True, False, True])
     np.testing.assert_array_equal(m.tree_select(cond, {"a": jnp.ones((3, 2))}, {"a": jnp.zeros((3, 2))})["a"],
                                   ref.tree_select(cond, {"a": jnp.ones((3, 2))}, {"a": jnp.zeros((3, 2))})["a"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The training chunk compiles once: it returns its state placed and typed as it took it
+# ---------------------------------------------------------------------------------------------------------
+def placement(tree) -> dict:
+    """Per leaf what selects a compiled program besides shape: dtype, weak type, sharding, committed to it."""
+    return {jax.tree_util.keystr(path): (str(x.dtype), x.aval.weak_type, str(x.sharding), x.committed)
+            for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def chunk_compiles(argv, chunks: int = 3) -> dict:
+    """train_chunk's compiled programs after `chunks` chunks of the tiny run (the last one probed), state placed as
+    main() places it, the buffer filled by the merge program and the fresh levels laid out as main() lays out listed
+    ones (hand-designed levels: no level generator to compile); and the state leaves a chunk returned placed or typed
+    otherwise than it took them (each such change compiles the chunk again)."""
+    args = tyro.cli(m.Args, args=argv)
+    m.apply_scaling(args, m.validate(args, argv))
+    train = m.make_train(args)
+    levels = m.load_handmade_levels(args.env_size, train.static_params)
+    template = train.init(jax.tree.map(lambda x: x[0], levels), args.seed)
+    runner, probe, hyper = m.initial_state(train, args, None, template, levels)
+    scored = m.to_global(m.fetch(m.tree_take(levels, jnp.arange(args.sfl_buffer_size))), NamedSharding(train.mesh, P("envs")))
+    p = m.to_global(np.linspace(0.1, 0.9, args.sfl_buffer_size, dtype=np.float32), NamedSharding(train.mesh, P("envs")))
+    runner = runner.replace(buffer=train.merge(runner.buffer, scored, p))
+    num_fresh = m.sfl_counts(args)[1]  # split over the devices when they divide it, as fresh_levels makes them
+    fresh = m.to_global(m.fetch(m.listed_levels(levels, num_fresh, args.updates_per_chunk)), NamedSharding(
+        train.mesh, P(None, "envs") if num_fresh % jax.device_count() == 0 else P()))
+    changed = set()
+    for c in range(chunks):
+        before = placement((runner, probe))
+        probe_at = args.updates_per_chunk - 1 if c == chunks - 1 else -1
+        runner, probe, stats, _ = train.train_chunk(hyper, fresh, runner, probe, args.updates_per_chunk, probe_at)
+        after = placement((runner, probe))
+        changed |= {k for k in before if before[k] != after[k]}
+    jax.block_until_ready(stats)
+    return {"compiles": train.train_chunk.jitted._cache_size(), "changed": sorted(changed),
+            "devices": jax.device_count(), "finite": bool(np.isfinite(np.asarray(stats)[:args.updates_per_chunk]).all())}
+
+
+@pytest.mark.slow
+def test_train_chunk_compiles_once_on_one_device():
+    """A chunk returns its state as it took it, so a run (and a resumed run) compiles the chunk once: not again on
+    the second chunk, inside the timed SPS, nor on a probed (diagnostics) chunk. Slow: tracing Kinetix's step for the
+    chunk takes about a minute here."""
+    result = chunk_compiles(tiny(6, diagnostics_every=2))
+    assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
+
+
+@pytest.mark.slow
+def test_train_chunk_compiles_once_on_four_devices():
+    """The same on 4 CPU devices (envs split over them), in a new interpreter."""
+    env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    code = "import json, test_sfl_kinetix_jax as t; print(json.dumps(t.chunk_compiles(t.tiny(6, diagnostics_every=2))))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 4
+    assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
