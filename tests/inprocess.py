@@ -2,7 +2,10 @@
 user's command line would: shared by the tests that need a script's exit code and its output."""
 import contextlib
 import io
+import json
+import os
 import signal
+import subprocess
 import sys
 
 
@@ -22,3 +25,15 @@ def main_inprocess(module, args, root):
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return code, out.getvalue(), err.getvalue()
+
+
+def json_on_devices(test_module: str, expression: str, devices: int, timeout: int) -> dict:
+    """Evaluate `expression` (names a test module as t) in a new interpreter on `devices` forced CPU devices and
+    return the JSON value it prints last: a JAX test's check on more devices than this process has."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(tests), tests]))
+    code = f"import json, {test_module} as t; print(json.dumps({expression}))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

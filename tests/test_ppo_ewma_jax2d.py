@@ -30,6 +30,7 @@ import pytest  # noqa: E402
 import tyro  # noqa: E402
 
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
+from inprocess import json_on_devices  # noqa: E402
 
 SCRIPT = str(REPO / "cleanrl_scaling" / "ppo_ewma_jax2d.py")
 BATCH = 8 * 16
@@ -477,12 +478,7 @@ def test_train_chunk_compiles_once_on_one_device():
 
 def test_train_chunk_compiles_once_on_four_devices():
     """The same on 4 CPU devices (envs split over them), in a new interpreter: the 4-device run's program (cached)."""
-    env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
-               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
-    code = "import json, test_ppo_ewma_jax2d as t; print(json.dumps(t.chunk_compiles(t.tiny(6))))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = json_on_devices("test_ppo_ewma_jax2d", "t.chunk_compiles(t.tiny(6))", 4, timeout=900)
     assert result["devices"] == 4
     assert result["changed"] == [] and result["compiles"] == 1, result
 

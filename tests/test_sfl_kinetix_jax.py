@@ -38,6 +38,7 @@ from flax import struct  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
+from inprocess import json_on_devices  # noqa: E402
 
 SCRIPT = str(REPO / "cleanrl_scaling" / "sfl_kinetix_jax.py")
 BATCH = 4 * 16
@@ -1437,11 +1438,6 @@ def test_train_chunk_compiles_once_on_one_device():
 @pytest.mark.slow
 def test_train_chunk_compiles_once_on_four_devices():
     """The same on 4 CPU devices (envs split over them), in a new interpreter."""
-    env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
-               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
-    code = "import json, test_sfl_kinetix_jax as t; print(json.dumps(t.chunk_compiles(t.tiny(6, diagnostics_every=2))))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = json_on_devices("test_sfl_kinetix_jax", "t.chunk_compiles(t.tiny(6, diagnostics_every=2))", 4, timeout=1800)
     assert result["devices"] == 4
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
