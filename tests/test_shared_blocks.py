@@ -65,3 +65,20 @@ def test_docs_build_strict(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "site" / "ppo_atari_envpool" / "index.html").exists()
+
+
+def test_the_two_jax_scripts_copies_of_the_ppo_ewma_math_agree():
+    """sfl_kinetix_jax.py and ppo_ewma_jax2d.py each carry PPO-EWMA's math outside the shared blocks (a copied script
+    stands alone); the copies must stay the same code, so a fix to one reaches the other."""
+    import ast
+
+    def top_level(path):
+        source = open(path).read()
+        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
+                if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+    sfl = top_level(os.path.join(ROOT, "cleanrl_scaling", "sfl_kinetix_jax.py"))
+    ewma = top_level(os.path.join(ROOT, "cleanrl_scaling", "ppo_ewma_jax2d.py"))
+    for name in ("decoupled_pg_loss", "ewma_update", "log_prob", "entropy", "log_softmax64", "flat_params",
+                 "diagnostic_states", "restore_runner", "tree_select", "action_layout", "MLP", "UpdateCarry"):
+        assert sfl[name] == ewma[name], f"{name} differs between sfl_kinetix_jax.py and ppo_ewma_jax2d.py"
