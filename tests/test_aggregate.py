@@ -216,6 +216,42 @@ def test_scatter_and_heatmap(tmp_path):
             sorted(com * 10 + eps * 100 + seed for eps in (0.1, 0.2) for seed in (1, 2)))
 
 
+def test_scatter_cut_at_budgets(tmp_path, capsys):
+    """--budget-iterations: one dot per run and budget, both statistics from the rows at or before that update; a run
+    shorter than a budget is left out of it (with a warning). Without the option: one dot per run, no budget column."""
+    runs = tmp_path / "runs"
+    long_run = write_run(runs, "Loco-v0", "ewma", 1, [(100 * (i + 1), {"diagnostics/ddr": d, "charts/solve_rate": s})
+                                                      for i, (d, s) in enumerate([(10, 0.1), (20, 0.4), (30, 0.2),
+                                                                                  (60, 0.3)])], ewma_com=1)
+    short_run = write_run(runs, "Loco-v0", "ewma", 1, [(100, {"diagnostics/ddr": 100.0, "charts/solve_rate": 0.5}),
+                                                       (200, {"diagnostics/ddr": 300.0, "charts/solve_rate": 0.1})],
+                          ewma_com=4)
+    out = tmp_path / "s"
+    argv = ["scatter", str(runs), "--x-metric", "diagnostics/ddr", "--y-metric", "charts/solve_rate",
+            "--group-by", "ewma_com", "--out", str(out)]
+    assert aggregate.main(argv + ["--budget-iterations", "4,2"]) == 0
+    got = {(r["group"], r["budget"]): (float(r["mean(diagnostics/ddr)"]), float(r["max(charts/solve_rate)"]))
+           for r in read_csv(f"{out}.csv")}
+    assert sorted(got) == [("ewma_com=1", "2"), ("ewma_com=1", "4"), ("ewma_com=4", "2")]  # 2-update run: not in 4
+    assert got[("ewma_com=1", "2")] == pytest.approx((15.0, 0.4))  # updates 1-2: ddr 10, 20; solve .1, .4
+    assert got[("ewma_com=1", "4")] == pytest.approx((30.0, 0.4))  # (10 + 20 + 30 + 60) / 4
+    assert got[("ewma_com=4", "2")] == pytest.approx((200.0, 0.5))
+    err = capsys.readouterr().err
+    assert f"{short_run} has 2 updates, fewer than the budget 4" in err and str(long_run) not in err
+    # "final" is the last --final-frac of the cut run: budget 2 = steps 100-200 (>= 100: .1, .4), budget 4 = >= 200
+    assert aggregate.main(argv + ["--budget-iterations", "2,4", "--y-stat", "final", "--final-frac", "0.5"]) == 0
+    finals = {r["budget"]: float(r["final(charts/solve_rate)"]) for r in read_csv(f"{out}.csv")
+              if r["group"] == "ewma_com=1"}
+    assert finals == pytest.approx({"2": 0.25, "4": 0.3})  # (.1 + .4) / 2 and (.4 + .2 + .3) / 3
+    assert aggregate.main(argv) == 0
+    rows = read_csv(f"{out}.csv")
+    assert len(rows) == 2 and "budget" not in rows[0]
+    assert sorted(float(r["mean(diagnostics/ddr)"]) for r in rows) == pytest.approx([30.0, 200.0])
+    for bad in ("0,2", "2,x", ","):
+        assert aggregate.main(argv + ["--budget-iterations", bad]) == 2
+        assert "--budget-iterations" in capsys.readouterr().err
+
+
 def test_newest_duplicate_wins_and_unfinished_filter(tmp_path, capsys):
     runs = tmp_path / "runs"
     write_run(runs, "Toy-v0", "toy", 1, [(0, {"charts/r": 1.0})], stamp=1000)

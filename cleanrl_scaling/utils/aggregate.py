@@ -2,7 +2,7 @@
 
     python -m cleanrl_scaling.utils.aggregate curves  RUNS... --metric charts/neg_distance --group-by learning_rate
     python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human
-    python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate
+    python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate [--budget-iterations 50,100,200]
     python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
     python -m cleanrl_scaling.utils.aggregate sweep   RUNS... --x-key learning_rate --group-by ewma_com --best-over anneal_lr
     python -m cleanrl_scaling.utils.aggregate kl-profile RUNS... --group-by minibatch_size
@@ -594,9 +594,12 @@ def cmd_iqm(args, runs: list, grouping: Grouping) -> dict:
 
 
 def cmd_scatter(args, runs: list, grouping: Grouping) -> dict:
-    """One dot per run: a per-run statistic of one metric against another (B26 Fig. 8: DDR vs max solve rate)."""
+    """One dot per run: a per-run statistic of one metric against another (B26 Fig. 8: DDR vs max solve rate);
+    with --budget-iterations, one dot per run and budget, coloured by budget."""
     check_metric(runs, args.x_metric)
     check_metric(runs, args.y_metric)
+    if args.budget_iterations:
+        return scatter_by_budget(args, runs, grouping, parse_budgets(args.budget_iterations))
     points, rows, labels = {}, [], []
     for key, label, members in grouped(runs, grouping):
         xs = per_run_scores(members, args.x_metric, args.x_stat, args.final_frac, None)
@@ -610,6 +613,61 @@ def cmd_scatter(args, runs: list, grouping: Grouping) -> dict:
                              args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
                              args.logy is not None,
                              ", ".join(grouping.keys[1:]))
+    return {"fig": fig, "rows": rows}
+
+
+def parse_budgets(text: str) -> list:
+    """'50,100,200' -> [50, 100, 200]: positive whole numbers of updates, ascending."""
+    try:
+        budgets = sorted({int(b) for b in text.split(",")})
+    except ValueError:
+        budgets = []
+    if not budgets or budgets[0] < 1:
+        raise UsageError(f"--budget-iterations {text!r}: write positive whole numbers of updates separated by commas, "
+                         "e.g. 50,100,200")
+    return budgets
+
+
+def iterations_of(run: Run) -> int:
+    """The run's last update: the largest iteration it logged."""
+    if "iteration" not in run.metrics or run.metrics["iteration"].isna().all():
+        raise UsageError(f"--budget-iterations: {run.path}/metrics.jsonl has no iteration column to cut at")
+    return int(run.metrics["iteration"].max())
+
+
+def prefix_of(run: Run, budget: int) -> Run:
+    """The run as if it had stopped after `budget` updates: only its rows at or before that iteration."""
+    rows = run.metrics[run.metrics["iteration"] <= budget].reset_index(drop=True)
+    return Run(run.path, run.config, run.status, rows)
+
+
+def scatter_by_budget(args, runs: list, grouping: Grouping, budgets: list) -> dict:
+    """B26 Fig. 8 from prefixes: each run cut at each budget (in updates), both statistics computed only from its rows
+    up to that budget; a run shorter than a budget is left out of that budget."""
+    x_name, y_name = f"{args.x_stat}({args.x_metric})", f"{args.y_stat}({args.y_metric})"
+    points, rows, labels = {}, [], []
+    for budget in budgets:
+        xs, ys = [], []
+        for key, label, members in grouped(runs, grouping):
+            for run in members:
+                length = iterations_of(run)
+                if length < budget:
+                    print(f"warning: {run.path} has {length} updates, fewer than the budget {budget}; left out of it",
+                          file=sys.stderr)
+                    continue
+                cut = prefix_of(run, budget)
+                x = per_run_scores([cut], args.x_metric, args.x_stat, args.final_frac, None)[0]
+                y = per_run_scores([cut], args.y_metric, args.y_stat, args.final_frac, None)[0]
+                xs.append(x)
+                ys.append(y)
+                rows.append({"group": label, "run": os.path.basename(run.path), "env_id": run.env_id,
+                             "seed": run.seed, "budget": budget, x_name: x, y_name: y})
+        if xs:
+            points[f"{budget}"] = (np.array(xs), np.array(ys))
+            labels.append(f"{budget}")
+    fig = plots.plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
+                             args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
+                             args.logy is not None, "budget (updates)")
     return {"fig": fig, "rows": rows}
 
 
@@ -936,6 +994,12 @@ def parse_args(argv=None):
     p.add_argument("--x-stat", choices=stats, default="mean")
     p.add_argument("--y-metric", required=True)
     p.add_argument("--y-stat", choices=stats, default="max")
+    p.add_argument("--budget-iterations", default="", metavar="U1,U2,...",
+                   help="budgets in updates (the iteration column of metrics.jsonl), e.g. 50,100,200: each run is "
+                        "cut at each budget (its rows at or before that update) and gives one dot per budget, "
+                        "coloured by budget (B26 Fig. 8 from one set of runs); a run shorter than a budget is left "
+                        "out of it. Choose multiples of the runs' evaluation interval, so that each cut ends with an "
+                        "evaluation as a run of that budget does")
 
     p = sub.add_parser("heatmap", parents=[common], help="per-cell mean over runs (B26 Fig. 12b)")
     p.add_argument("--rows", required=True, help="config key of the rows")
