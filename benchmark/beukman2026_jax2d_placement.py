@@ -136,6 +136,8 @@ def read_arm(run) -> Arm:
     if updates < UPDATES:
         raise UsageError(f"{run.path} has {updates} of the {UPDATES} updates the rule reads; let it finish "
                          "(RESUME=1 continues it) or remove it")
+    if run.value("clip_coef") is None:
+        raise UsageError(f"{run.path}: its config.json has no clip_coef; not a ppo_ewma_jax2d.py run")
     com, clip_coef = float(run.value("ewma_com") or 0.0), float(run.value("clip_coef"))
     evals = column(run.metrics, "charts/solve_rate")
     last = evals.sort_values("iteration", kind="stable").tail(1)

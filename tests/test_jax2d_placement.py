@@ -26,12 +26,13 @@ def logged(run_dir, name="metrics.jsonl"):
 def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
     """(a) A run of k updates logs exactly the first k updates' rows (losses, episodes, diagnostics, evaluations) of
     the run of 2k updates with the same flags; (b) --init-from the k-update run's final checkpoint with the same COM
-    continues to exactly the 2k-update run's rows k+1..2k. Evaluation and diagnostics every 2 updates, so both
-    happen inside each half and at its end."""
+    continues to exactly the 2k-update run's rows k+1..2k. Evaluation and diagnostics every 4 updates, so both
+    happen inside each half and at its end; k = 16 updates of 16 steps, so that episodes (256 steps at most) end in
+    each half."""
     import test_ppo_ewma_jax2d as t  # the tiny configuration, its XLA flags and its shared compiled programs
     m = t.m
-    k = 4
-    every = dict(diagnostics_every=2, eval_every=2)
+    k = 16
+    every = dict(diagnostics_every=4, eval_every=4)
     m.make_train = t.shared_make_train
     try:
         short, long_, reload = (str(tmp_path / name) for name in ("short", "long", "reload"))

@@ -2,7 +2,7 @@
 
     python -m cleanrl_scaling.utils.aggregate curves  RUNS... --metric charts/neg_distance --group-by learning_rate
     python -m cleanrl_scaling.utils.aggregate iqm     RUNS... --metric charts/episodic_return --normalize atari-human
-    python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate [--budget-iterations 50,100,200]
+    python -m cleanrl_scaling.utils.aggregate scatter RUNS... --x-metric diagnostics/ddr --y-metric charts/solve_rate
     python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
     python -m cleanrl_scaling.utils.aggregate sweep   RUNS... --x-key learning_rate --group-by ewma_com --best-over anneal_lr
     python -m cleanrl_scaling.utils.aggregate kl-profile RUNS... --group-by minibatch_size
@@ -14,6 +14,7 @@ interpolated onto one x grid; the mean over seeds and a band: the seeds' range b
 from 5, clipped to the metric's range (--band). A run's "final" score: the mean of the values (episodes) logged in
 the last 10% of its total steps. IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
 CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable, with its 50,000 replicates by default).
+Scatter --budget-iterations 50,100,200 cuts every run at those updates: one dot per run and budget (B26 Fig. 8).
 Every command writes PREFIX.png, PREFIX.pdf and PREFIX.csv (table: PREFIX.md and PREFIX.csv). Details and every
 CSV's columns: docs/pipeline.md.
 """
