@@ -253,7 +253,7 @@ def place(arms: list) -> dict:
     return {"c_star": star.com, "c_low": c_low, "c_high": c_high, "coms": main_grid(c_low, star.com, c_high),
             "updates": 300 if creeping else 200, "fig3a": [c_low, star.com],
             "fig5b": place_epsilons(arms), "bracketed": {"low": bool(plateau), "high": bool(high)},
-            "notes": {"c_star": f"highest FINAL ({star.final:.4f})", "c_low": low_note, "c_high": high_note,
+            "notes": {"c_star": f"the highest FINAL, {star.final:.4f}", "c_low": low_note, "c_high": high_note,
                       "updates": budget_note}}
 
 
@@ -282,7 +282,7 @@ def csv_rows(arms: list) -> list:
 
 
 def markdown(arms: list, placement: dict, runs_dir: str) -> str:
-    def num(v, fmt=".3f"):
+    def num(v, fmt=".4f"):
         return "–" if v is None or not math.isfinite(v) else format(v, fmt)
 
     notes = placement["notes"]
@@ -309,10 +309,10 @@ def markdown(arms: list, placement: dict, runs_dir: str) -> str:
 def write_outputs(prefix: str, arms: list, placement: dict, runs_dir: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     text = markdown(arms, placement, runs_dir)
-    with open(f"{prefix}.md", "w") as f:
+    with open(f"{prefix}.md", "w", encoding="utf-8") as f:
         f.write(text)
     rows = csv_rows(arms)
-    with open(f"{prefix}.csv", "w", newline="") as f:
+    with open(f"{prefix}.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -320,8 +320,8 @@ def write_outputs(prefix: str, arms: list, placement: dict, runs_dir: str) -> st
     out["arms"] = {a.label: {"com": a.com, "clip_coef": a.clip_coef, "w1": a.w1, "mid": a.mid, "final": a.final,
                              "best": a.best, "class": a.cls} for a in arms}
     out["pilot_runs_dir"] = runs_dir
-    with open(f"{prefix}.json", "w") as f:
-        json.dump(out, f, indent=2)
+    with open(f"{prefix}.json", "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=2, ensure_ascii=False)
     return text
 
 

@@ -1,13 +1,20 @@
 """benchmark/beukman2026_jax2d_placement.py (issue 39's pilot rule) on synthetic run directories with hand-computed
 answers, and the prefix property the main runs' design relies on (Fig. 8's budgets as prefixes of one run, Fig. 3a
 reusing the Fig. 5a runs), checked on the tiny configuration of tests/test_ppo_ewma_jax2d.py."""
+import csv
+import importlib.util
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("placement", REPO / "benchmark" / "beukman2026_jax2d_placement.py")
+placement = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(placement)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -120,22 +127,15 @@ def pilot(root, coms, eps=None):
     return root
 
 
-def place(tmp_path, root, capsys=None):
-    from importlib import import_module
-    import sys
-    sys.path.insert(0, str(REPO / "benchmark"))
-    try:
-        placement = import_module("beukman2026_jax2d_placement")
-    finally:
-        sys.path.remove(str(REPO / "benchmark"))
+def place(tmp_path, root):
+    """The placement of a synthetic pilot: (exit code, PREFIX.json, PREFIX.csv's rows by arm)."""
     prefix = tmp_path / "out" / "placement"
     code = placement.main([str(root), "--out", str(prefix)])
     if code != 0:
         return code, None, None
-    import csv
-    with open(f"{prefix}.csv") as f:
+    with open(f"{prefix}.csv", encoding="utf-8") as f:
         rows = {r["arm"]: r for r in csv.DictReader(f)}
-    return code, json.loads(open(f"{prefix}.json").read()), rows
+    return code, json.loads(pathlib.Path(f"{prefix}.json").read_text(encoding="utf-8")), rows
 
 
 def test_clean_bracket_with_collapsed_low_com_and_fig5b(tmp_path):
@@ -166,7 +166,7 @@ def test_clean_bracket_with_collapsed_low_com_and_fig5b(tmp_path):
     assert row["best_window"] == "121-140" and float(row["final_minus_mid"]) == pytest.approx(0.0025)
     assert float(row["final_eval"]) == 0.5 and row["final_eval_iteration"] == "200"  # the evaluation at update 200
     assert float(row["kl_behavior_median"]) == pytest.approx(0.055)  # median of .01 ... .10: (.05 + .06) / 2
-    md = (tmp_path / "out" / "placement.md").read_text()
+    md = (tmp_path / "out" / "placement.md").read_text(encoding="utf-8")
     assert "C* = 64" in md and "main COM grid: 16, 64, 256, 1024" in md and "Fig. 5b: runs" in md
 
 
@@ -181,7 +181,7 @@ def test_nothing_plateaued_extends_x2_above_the_highest_collapse(tmp_path):
     assert out["coms"] == [32, 64, 256, 1024] and out["fig3a"] == [32, 64] and out["updates"] == 200
     assert out["bracketed"] == {"low": False, "high": True} and out["fig5b"] is False
     assert out["arms"]["PPO, ε 0.8"]["class"] == "collapsed"
-    assert "not bracketed: no COM plateaued" in (tmp_path / "out" / "placement.md").read_text()
+    assert "not bracketed: no COM plateaued" in (tmp_path / "out" / "placement.md").read_text(encoding="utf-8")
 
 
 def test_no_too_high_com_extends_x4_above_the_grid(tmp_path):
@@ -192,7 +192,7 @@ def test_no_too_high_com_extends_x4_above_the_grid(tmp_path):
     assert (out["c_star"], out["c_low"], out["c_high"]) == (64, 16, 4096)
     assert out["coms"] == [16, 64, 256, 1024, 4096] and out["bracketed"] == {"low": True, "high": False}
     assert out["fig5b"] is False  # no plain-PPO arms
-    assert "not bracketed: no COM too high" in (tmp_path / "out" / "placement.md").read_text()
+    assert "not bracketed: no COM too high" in (tmp_path / "out" / "placement.md").read_text(encoding="utf-8")
 
 
 def test_creeping_plateau_asks_for_300_updates_and_no_fig5b(tmp_path):
@@ -217,8 +217,6 @@ def test_a_run_short_of_200_updates_is_refused(tmp_path, capsys):
 
 def test_pilot_script_prints_the_placement(tmp_path):
     """SCALE=laptop DRAW_ONLY=1 bash benchmark/beukman2026_jax2d_pilot.sh: the three figures, then the placement."""
-    import subprocess
-    import sys
     root = pilot(tmp_path / "runs", {4: COLLAPSED, 16: PLATEAU_16, 64: C_STAR_64, 256: NEAR_STAR, 1024: TOO_HIGH},
                  {0.2: PPO_REF, 0.8: PPO_PLATEAU})
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "SLURM", "FLAGS", "COMS", "EPSILONS")}
@@ -227,6 +225,6 @@ def test_pilot_script_prints_the_placement(tmp_path):
                          text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "C* = 64" in out.stdout and "main COM grid: 16, 64, 256, 1024" in out.stdout
-    placement = json.loads((tmp_path / "fig" / "beukman2026_jax2d_placement.json").read_text())
+    placement = json.loads((tmp_path / "fig" / "beukman2026_jax2d_placement.json").read_text(encoding="utf-8"))
     assert placement["coms"] == [16, 64, 256, 1024]
     assert (tmp_path / "fig" / "beukman2026_jax2d_pilot.png").stat().st_size > 0
