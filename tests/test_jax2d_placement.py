@@ -35,7 +35,7 @@ def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
     the run of 2k updates with the same flags; (b) --init-from the k-update run's final checkpoint with the same COM
     continues to exactly the 2k-update run's rows k+1..2k. Evaluation and diagnostics every 4 updates, so both
     happen inside each half and at its end; k = 16 updates of 16 steps, so that episodes (256 steps at most) end in
-    each half."""
+    each half. Measured: 626 s (214 CPU-s) on 2 cores at load 6, with the compiled programs cached."""
     import test_ppo_ewma_jax2d as t  # the tiny configuration, its XLA flags and its shared compiled programs
     m = t.m
     k = 16
