@@ -47,7 +47,7 @@ from cleanrl_scaling.utils.rundirs import read_json, run_dirs, run_status  # noq
 UPDATES = 200  # the rule is written for the pilot's 200 updates
 WINDOW = 20
 W1, MID, FINAL = 0, 4, 9  # window indices: updates 1-20, 81-100, 181-200
-LEARNED, STOPPED, FELL_BACK, BELOW_BEST, CREEPING = 0.03, 0.01, 0.05, 0.05, 0.005  # the header's margins
+LEARNED, STOPPED, FELL_BACK, BELOW_STAR, CREEPING = 0.03, 0.01, 0.05, 0.05, 0.005  # the header's margins
 TOL = 1e-9
 REFERENCE_EPS, WEAK_EPS = 0.2, 0.8
 
@@ -192,7 +192,7 @@ def class_below(arm: Arm, best_final: float) -> str:
     if not learned(arm):
         return "collapsed"
     if (at_most(arm.final - arm.mid, STOPPED) and at_least(arm.final, arm.best - FELL_BACK)
-            and at_most(arm.final, best_final - BELOW_BEST)):
+            and at_most(arm.final, best_final - BELOW_STAR)):
         return "plateaus"
     return "neither"
 
@@ -200,7 +200,7 @@ def class_below(arm: Arm, best_final: float) -> str:
 def class_above(arm: Arm, best_final: float) -> str:
     """A COM above C* (an epsilon under 0.2): too high (still rising, well below C*) or neither."""
     rising = not at_most(arm.final - arm.mid, STOPPED)
-    return "too high" if at_most(arm.final, best_final - BELOW_BEST) and rising else "neither"
+    return "too high" if at_most(arm.final, best_final - BELOW_STAR) and rising else "neither"
 
 
 def main_grid(c_low: float, c_star: float, c_high: float) -> list:
