@@ -262,3 +262,51 @@ def test_grid_prints_the_placement_and_refuses_a_bad_one(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.json" in err[0]
     assert rule.main(["fig8", str(tmp_path), "--updates", "2"]) == 2
+
+
+@pytest.mark.slow  # 8 figure and 8 rule processes: ~30 CPU-seconds
+def test_laptop_scripts_draw_and_judge_from_their_runs(tmp_path):
+    """SCALE=laptop DRAW_ONLY=1 end to end on made-up runs: every figure script draws and writes its rule's table,
+    with the other scripts reading the Fig. 5a runs (FIG5A_DIR). The placement's C_low 4, C* 16, C_high 64; the runs:
+    COM 4 plateaus, 16 rises, 64 is slow (Fig. 5a: yes); epsilon 0.8 plateaus, 0.2 rises, 0.1 is slow (Fig. 5b: yes);
+    N = 16 ends at 0.2 (COM 4) and 0.9 (COM 16): gap(16) 0.7 against gap(64) 0.6 (Fig. 7a: yes); the switched
+    reloads end at 0.8 and 0.35 against references 0.9 and 0.3 (Fig. 3a: yes)."""
+    import subprocess
+    from jax2d_figures import script_env
+    for seed in (1, 2, 3):
+        for com, evals in ((4.0, PLATEAU), (16.0, RISING), (64.0, SLOW)):
+            write_run(tmp_path / "5a", seed=seed, com=com, evals=evals, train=LEARNED,
+                      diag={rule.KL: lambda it, c=com: 1 / c, rule.GRAD: lambda it, c=com: 10 / c,
+                            rule.DDR: lambda it, c=com: 8192 * c})
+        for eps, evals in ((0.8, PLATEAU), (0.2, RISING), (0.1, SLOW)):
+            write_run(tmp_path / "5b", seed=seed, com=0.0, clip=eps, evals=evals, train=LEARNED,
+                      diag={rule.DDR: lambda it, e=eps: 8192 / e})
+        for com, value in ((4.0, 0.2), (16.0, 0.9)):
+            write_run(tmp_path / "7", seed=seed, envs=16, com=com, evals=finals(value))
+        for exp, com, value in (("com4_to_16", 16.0, 0.8), ("com16_to_4", 4.0, 0.35)):
+            write_run(tmp_path / "3a" / "reloaded", seed=seed, com=com, exp_name=exp, init_from="x.ckpt",
+                      evals={it: value for it in range(120, 201, 20)}, first=101)
+    placement = tmp_path / "placement.json"
+    placement.write_text(json.dumps({"c_star": 16.0, "c_low": 4.0, "c_high": 64.0, "coms": [4.0, 16.0, 64.0],
+                                     "updates": U, "fig3a": [4.0, 16.0], "fig5b": True, "arms": {},
+                                     "bracketed": {"low": True, "high": True}, "pilot_runs_dir": "x"}))
+    out_dir = tmp_path / "fig"
+    for fig, runs_dir in (("5a", "5a"), ("5b", "5b"), ("7", "7"), ("8", "8"), ("3a", "3a")):
+        env = script_env(SCALE="laptop", DRAW_ONLY=1, PLACEMENT=placement, RUNS_DIR=tmp_path / runs_dir,
+                         FIG5A_DIR=tmp_path / "5a", FIG5B_DIR=tmp_path / "5b", OUT_DIR=out_dir)
+        out = subprocess.run(["bash", str(REPO / "benchmark" / f"beukman2026_fig{fig}.sh")], capture_output=True,
+                             text=True, env=env, timeout=600)
+        assert out.returncode == 0, (fig, out.stdout, out.stderr)
+    verdicts = {name: list(csv.DictReader(open(out_dir / f"beukman2026_{name}_rule.csv")))[0]["verdict"]
+                for name in ("fig5a", "fig1a", "fig2c", "fig2b", "fig5b", "fig7a", "fig8", "fig3a")}
+    # Fig. 2c: KL 1/COM falls, 1/4 = 4 x 1/16; Fig. 2b: 10/4 >= 1.5 x 10/16. Fig. 8: within 50 updates COMs 4 and 16
+    # and epsilons 0.8 and 0.2 tie at 0.2: DDR* = mean(32768, 131072, 10240, 40960) = 53760; within 200 COM 16 and
+    # epsilon 0.2 tie at 1.0: mean(131072, 40960) = 86016 = 1.6 x 53760
+    assert verdicts == {"fig5a": "yes", "fig1a": "yes", "fig2c": "yes", "fig2b": "yes", "fig5b": "yes",
+                        "fig7a": "yes", "fig8": "yes", "fig3a": "yes"}
+    for name in ("fig5a", "fig1a", "fig2b", "fig2c", "fig5b", "fig7a", "fig8", "fig3a", "fig3a_train"):
+        assert (out_dir / f"beukman2026_{name}.png").stat().st_size > 0, name
+    groups = {r["group"] for r in csv.DictReader(open(out_dir / "beukman2026_fig3a.csv"))}
+    assert groups == {"4", "16", "16 (4)", "4 (16)"}  # B26's legend: COM (starting COM)
+    panels = {(r["num_envs"], r["group"]) for r in csv.DictReader(open(out_dir / "beukman2026_fig7a.csv"))}
+    assert panels == {(n, f"COM {c}") for n in ("16", "64") for c in (4, 16)}
