@@ -37,6 +37,10 @@ LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
 if [[ "$SCALE" == laptop ]]; then
   jax2d_grid COMS U C_LOW C_STAR C_HIGH
+  GRID=,$(tr , '\n' <<< "$COMS" | xargs printf '%g,')
+  for name in C_LOW C_STAR C_HIGH; do
+    [[ "$GRID" == *",${!name},"* ]] || die "$name=${!name} is not in COMS=$COMS: the rules compare runs of the grid"
+  done
   TOTAL=$(steps_of "$U")
 fi
 TOTAL=${TOTAL:-100000000}

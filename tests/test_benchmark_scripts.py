@@ -609,8 +609,11 @@ def test_b26_jax2d_main_runs_grids_from_the_placement(tmp_path):
     assert sorted({(r["exp_name"], r["ewma_com"], r["num_envs"], r["total_timesteps"]) for r in fig3a}) == [
         ("com4", "4", "64", str(64 * 128 * 100)), ("com64", "64", "64", str(64 * 128 * 100))] and len(fig3a) == 6
     # explicit values win over the placement, and stand in for it
-    _, over = laptop_runs("beukman2026_fig5a", tmp_path, **where, COMS="2,8", U=300, SEEDS="1")
-    assert {(r["ewma_com"], r["total_timesteps"]) for r in over} == {("2", str(8192 * 300)), ("8", str(8192 * 300))}
+    _, over = laptop_runs("beukman2026_fig5a", tmp_path, **where, COMS="4,64,1024,4096", U=300, SEEDS="1")
+    assert {(r["ewma_com"], r["total_timesteps"]) for r in over} == {(c, str(8192 * 300)) for c in ("4", "64", "1024",
+                                                                                                    "4096")}
+    bad = dry_run("beukman2026_fig5a", SCALE="laptop", RUNS_DIR=tmp_path / "x", **where, COMS="2,8")
+    assert bad.returncode == 2 and bad.stdout == "" and "C_LOW=4 is not in COMS=2,8" in bad.stderr
     _, given = laptop_runs("beukman2026_fig7", tmp_path, PLACEMENT=tmp_path / "none.json", C_STAR="32.0", U=40)
     assert {r["ewma_com"] for r in given} == {"8", "32"} and {r["total_timesteps"] for r in given} == {str(16 * 128 * 40)}
     out = dry_run("beukman2026_fig5b", SCALE="laptop", PLACEMENT=placement(tmp_path, fig5b=False),
