@@ -30,7 +30,7 @@ source "$(dirname "$0")/_beukman2026_common.sh"
 if [[ "$SCALE" == laptop ]]; then
   jax2d_grid C_STAR U
   not_in_flags num-envs ewma-com clip-coef total-timesteps
-  WEAK=$(awk "BEGIN {printf \"%g\", $C_STAR / 4}")  # B26 §4.3's weak side: a quarter of the best COM
+  WEAK=$(awk "BEGIN {printf \"%g\", $C_STAR / 4}")  # the weak COM: a quarter of C* (our choice)
   launch --job-name beukman2026_fig7_com --sweep "ewma-com=$WEAK,$C_STAR" -- --num-envs 16 \
     --total-timesteps "$((16 * $(flag_value num-steps 256) * U))"
   [[ -z "${DRY_RUN:-}" && -z "${SLURM:-}" ]] || exit 0
