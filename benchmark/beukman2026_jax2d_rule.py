@@ -247,10 +247,11 @@ def fig3a_rule(raise_, lower, ref_low, ref_star) -> tuple:
 # ---------------------------------------------------------------------------------------------------------
 def cmd_step_size(args, figure: str):
     runs = load(args.runs)
+    sides = ("low", "star", "high")
     if figure == "fig5b":  # plain PPO: COM 0, one epsilon per arm
-        param, picks = "epsilon", {k: matching(runs, ewma_com=0, clip_coef=getattr(args, k)) for k in ("low", "star", "high")}
+        param, picks = "epsilon", {k: matching(runs, ewma_com=0, clip_coef=getattr(args, k)) for k in sides}
     else:
-        param, picks = "COM", {k: matching(runs, ewma_com=getattr(args, k)) for k in ("low", "star", "high")}
+        param, picks = "COM", {k: matching(runs, ewma_com=getattr(args, k)) for k in sides}
     seeds = paired(picks, args.seeds)
     if not seeds:
         return None
@@ -438,7 +439,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--low", type=float, required=True, help="C_low")
         s.add_argument("--star", type=float, required=True, help="C*")
         if name == "fig3a":
-            s.add_argument("--switched", required=True, help="the reloaded runs' directory (the runs are the references)")
+            s.add_argument("--switched", required=True,
+                           help="the reloaded runs' directory (RUNS_DIR: the Fig. 5a runs, the references)")
     s = sub.add_parser("fig7a", parents=[common])
     s.add_argument("--weak", type=float, required=True, help="the weak COM (C*/4)")
     s.add_argument("--strong", type=float, required=True, help="the strong COM (C*)")

@@ -20,7 +20,8 @@ STAMP = iter(range(1000, 100000))
 def write_run(root, *, seed, evals, com=16.0, clip=0.2, envs=64, exp_name="ppo_ewma_jax2d", init_from=None,
               train=lambda it: 0.0, episodes=None, diag=None, first=1, last=U, status="finished"):
     """A run of updates first..last: evals = the ten evaluations (updates 20..200) or {update: rate}; train(it) the
-    update's training solve rate, episodes(it) how many episodes ended in it; diag = {metric: f(it)} every 10 updates."""
+    update's training solve rate, episodes(it) how many episodes ended in it; diag = {metric: f(it)} every 10
+    updates."""
     if not isinstance(evals, dict):
         evals = {20 * (k + 1): v for k, v in enumerate(evals)}
     rows = []
