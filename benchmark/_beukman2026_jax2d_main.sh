@@ -20,8 +20,9 @@ jax2d_grid() {  # jax2d_grid NAME...: each from the environment if set there, el
   for name in "$@"; do [[ -n "${!name:-}" ]] || missing+=("$name"); done
   if (( ${#missing[@]} )); then
     [[ -f "$PLACEMENT" ]] || die "SCALE=laptop needs the pilot's placement, and PLACEMENT=$PLACEMENT does not exist: \
-run the pilot first (SCALE=laptop WORKERS=2 bash benchmark/beukman2026_jax2d_pilot.sh, then its placement; \
-docs/reproducing/beukman2026_jax2d_design.md) or give ${missing[*]}"
+run the pilot first (SCALE=laptop WORKERS=2 bash benchmark/beukman2026_jax2d_pilot.sh; its placement step, \
+benchmark/beukman2026_jax2d_placement.py, writes the file; docs/reproducing/beukman2026_jax2d_design.md) or give \
+${missing[*]}"
     values=$("$PYTHON" benchmark/beukman2026_jax2d_rule.py grid "$PLACEMENT" "${missing[@]}") || exit 2
     eval "$values"
   fi

@@ -169,7 +169,8 @@ def matching(runs: list, **config) -> dict:
 
 
 def paired(arms: dict, need: int) -> list:
-    """The seeds every arm has; RuleError-free: an empty list when fewer than `need` (the verdict waits)."""
+    """The seeds every arm has, or an empty list (printing what is missing) when fewer than `need`: the verdict
+    waits."""
     seeds = sorted(set.intersection(*(set(runs) for runs in arms.values()))) if arms else []
     if len(seeds) < need:
         print(f"no verdict yet: {len(seeds)} seed(s) with every arm finished, {need} needed")
