@@ -7,21 +7,39 @@
 # repeated). The figures: charts/solve_rate (and charts/train_solve_rate, _train) of both phases against steps.
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
 #   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
-#   SCALE=laptop: Fig. 5a's laptop setting (the 8 tasks of --task-seed 31, 64 envs x 128 steps, 8 minibatches x
-#   8 epochs), 409,600 then 819,200 steps (50 + 50 updates), 2 seeds: 4 phase-1 runs and 8 reloads of 12-15 min
-#   each on one core, ~2.7 CPU-hours (docs/reproducing/beukman2026_fig3a.md). Bands: the range of the seeds.
+#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
+#   (benchmark/_beukman2026_jax2d_main.sh: 16 tasks of --task-seed 31, 64 envs x 128 steps, 32 minibatches x 8
+#   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, seeds 1 2 3); phase 1 at C_LOW (the pilot's
+#   plateauing COM) and C_STAR for U/2 updates, phase 2 only the two switched reloads (com{C_LOW}_to_{C_STAR},
+#   com{C_STAR}_to_{C_LOW}) to U; the runs continued unchanged are the Fig. 5a runs at the same COM and seed (FIG5A_DIR:
+#   same flags, constant learning rate, so their first U/2 updates are phase 1; to be checked on one pair of runs
+#   before the verdict is relied on). C_LOW, C_STAR and U from the pilot's placement (PLACEMENT) or given. 2 x U/2 +
+#   2 x U/2 updates per seed = 2 runs of U: ~1.46 CPU-hours per seed at U = 200, 4.4 CPU-hours for 3 seeds (6.5 at
+#   U = 300). RESUME=1 continues.
+#   The rule, fixed before the main runs (benchmark/beukman2026_jax2d_rule.py fig3a prints it per seed): per run,
+#   final = mean evaluation solve rate of its last three evaluations (updates U-40, U-20, U), averaged over the
+#   seeds; raising holds if com{C_LOW}_to_{C_STAR} ends closer to C_STAR's reference than to C_LOW's, lowering if
+#   com{C_STAR}_to_{C_LOW} ends closer to C_LOW's than to C_STAR's; not shown if the two references end within 0.05
+#   of each other; else yes = both, partly = one, no = neither.
 # Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig3a), OUT_DIR, WORKERS, SEEDS, FLAGS,
-# PYTHON, DRY_RUN; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000).
+# PYTHON, DRY_RUN, RESUME; TOTAL (phase-1 steps, 50000000), TOTAL2 (steps at the end of phase 2, 100000000) (paper);
+# laptop: PLACEMENT, C_LOW, C_STAR, U, FIG5A_DIR.
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig3a}
 if [[ "${SCALE:-paper}" == laptop ]]; then
-  SEEDS=${SEEDS:-1 2}; BAND=${BAND:-minmax}; TOTAL=${TOTAL:-409600}; TOTAL2=${TOTAL2:-819200}
-  FLAGS=${FLAGS:---task-seed 31 --num-tasks 8 --num-envs 64 --num-steps 128 --num-minibatches 8 --update-epochs 8 --eval-every 5 --diagnostics-every 5}
+  source "$(dirname "$0")/_beukman2026_jax2d_main.sh"
+  FLAGS=${FLAGS:-$JAX2D_SETTING --num-envs 64}
 fi
 LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
+COMS=(2 32); OWN=1  # OWN=1: phase 2 also reloads each run with its own COM (the reference)
+if [[ "$SCALE" == laptop ]]; then
+  [[ -z "${TOTAL2:-}" ]] || die "TOTAL2=$TOTAL2 does not apply at SCALE=laptop: phase 1 ends at U/2 updates, phase 2 at U"
+  jax2d_grid C_LOW C_STAR U
+  (( U % 2 == 0 )) || die "U=$U: must be even (phase 1 ends at U/2 updates)"
+  TOTAL=$(steps_of $((U / 2))); TOTAL2=$(steps_of "$U"); COMS=("$C_LOW" "$C_STAR"); OWN=0
+fi
 TOTAL=${TOTAL:-50000000}
 TOTAL2=${TOTAL2:-100000000}
-COMS=(2 32)
 positive_int TOTAL "$TOTAL"
 positive_int TOTAL2 "$TOTAL2"
 (( TOTAL2 > TOTAL )) || die "TOTAL2=$TOTAL2 must exceed TOTAL=$TOTAL (the reloaded runs continue phase 1's step count)"
@@ -32,10 +50,10 @@ PHASE1=(); for com in "${COMS[@]}"; do PHASE1+=(--flag-set "--exp-name com$com -
 launch --job-name beukman2026_fig3a_phase1 "${PHASE1[@]}" -- --total-timesteps "$TOTAL"
 
 # Phase 2: one reload per finished phase-1 run and COM, its own included (interrupted runs are not reloaded)
-mapfile -t RELOADS < <("$PYTHON" - "$RUNS_DIR" "${COMS[@]}" <<'PY'
+mapfile -t RELOADS < <("$PYTHON" - "$RUNS_DIR" "$OWN" "${COMS[@]}" <<'PY'
 import os, shlex, sys
 from cleanrl_scaling.utils.rundirs import read_json, run_status
-root, coms = sys.argv[1], sys.argv[2:]
+root, own, coms = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
 for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
     path = os.path.join(root, name)
     config = read_json(os.path.join(path, "config.json"))
@@ -46,8 +64,9 @@ for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
     com = f"{float(args.get('ewma_com', 0)):g}"
     if args.get("init_from") or args.get("exp_name") != f"com{com}":
         continue
-    for new in coms:  # its own COM too: the reference continuation the switched runs are compared with
-        print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
+    for new in coms:  # its own COM too (OWN): the reference continuation the switched runs are compared with
+        if new != com or own:
+            print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
 PY
 )
 if [[ -n "${DRAW_ONLY:-}" ]]; then
@@ -59,6 +78,26 @@ elif (( ${#RELOADS[@]} )); then
     -- --total-timesteps "$TOTAL2" "${FLAGS[@]}" --checkpoint-every "$CHECKPOINT_EVERY"
 else
   echo "# phase 2: no finished phase-1 run in $RUNS_DIR yet; once there are, each is reloaded with the other COM"
+fi
+
+if [[ "$SCALE" == laptop ]]; then  # the references are Fig. 5a's runs; the phase-1 runs are their first halves
+  [[ -z "${DRY_RUN:-}" && -z "${SLURM:-}" ]] || exit 0
+  [[ -d "$RUNS_DIR/reloaded" && -d "$FIG5A_DIR" ]] || { echo "# Fig. 3a draws once the reloads ($RUNS_DIR/reloaded) \
+and Fig. 5a's runs (FIG5A_DIR=$FIG5A_DIR) exist"; exit 0; }
+  LEGEND=(--legend-title "COM (starting COM)" --relabel "ppo_ewma_jax2d $C_LOW->$C_LOW" --relabel "ppo_ewma_jax2d $C_STAR->$C_STAR"
+          --relabel "com${C_LOW}_to_$C_STAR $C_STAR->$C_STAR ($C_LOW)" --style "$C_STAR ($C_LOW)=--"
+          --relabel "com${C_STAR}_to_$C_LOW $C_LOW->$C_LOW ($C_STAR)" --style "$C_LOW ($C_STAR)=--")
+  for metric in solve_rate train_solve_rate; do
+    "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR/reloaded" "$FIG5A_DIR" --only-finished \
+      --band "$BAND" --filter "ewma_com=$C_LOW,$C_STAR" --metric "charts/$metric" --group-by ewma_com \
+      --label "{exp_name} {ewma_com}" --x global_step "${LEGEND[@]}" \
+      --ylabel "solve rate$([[ $metric == train_solve_rate ]] && echo ", training episodes")" \
+      --title "B26 Fig. 3a (Jax2D, laptop): reloaded with another COM ($BAND_TEXT)" \
+      --out "$OUT_DIR/beukman2026_fig3a$([[ $metric == train_solve_rate ]] && echo _train)"
+  done
+  "$PYTHON" benchmark/beukman2026_jax2d_rule.py fig3a "$FIG5A_DIR" --switched "$RUNS_DIR/reloaded" --low "$C_LOW" \
+    --star "$C_STAR" --out "$OUT_DIR/beukman2026_fig3a_rule"
+  exit 0
 fi
 
 # legend as B26 Fig. 3a: COM (starting COM); the reloaded runs dashed

@@ -6,10 +6,39 @@
 # The budgets are a list (BUDGETS); TOTAL does not apply and is refused.
 # Our choice, not the paper's: the budgets (25M, 100M, 400M steps), COMs, epsilons, 5 seeds.
 # Scale: the paper's budgets need a GPU; on a CPU lower BUDGETS and FLAGS="--num-envs ...".
-# Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_fig8), OUT_DIR, WORKERS, SEEDS, FLAGS, PYTHON,
-# DRY_RUN; BUDGETS ("25000000 100000000 400000000": steps per run).
+#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): no new runs. The dots are the Fig. 5a
+#   (COM) and Fig. 5b (epsilon) laptop runs (FIG5A_DIR, FIG5B_DIR: 64 envs x 128 steps, U updates from the pilot's
+#   placement, PLACEMENT, or U), and the budgets are their prefixes: a run's first U/4, U/2 and U updates (with a
+#   constant learning rate nothing before update k depends on the budget; to be checked on one pair of runs before
+#   the verdict is relied on). Fig. 7a's N = 16 runs and Fig. 3a's are left out (at N = 16 a prefix of k updates is
+#   another sample budget; Fig. 3a's runs repeat Fig. 5a's). benchmark/beukman2026_jax2d_rule.py fig8 draws the
+#   scatter (one dot per run and budget: its mean diagnostics/ddr and its max charts/solve_rate within the budget) and
+#   prints the rule. Cost: seconds.
+#   The rule, fixed before the main runs: per seed and budget b, DDR*(b) = the mean DDR over the first b updates of
+#   the run (COM or epsilon) with the highest max evaluation solve rate within b (on a tie, the mean over the tied
+#   runs); yes if DDR*(U) >= 1.5 x DDR*(U/4) in >= 2 of 3 seeds (the best DDR grows with the budget, B26 §4.4); no if
+#   DDR*(U) <= DDR*(U/4) in >= 2 of 3 seeds; otherwise not shown. Only runs of at least U updates count.
+# Environment (see _beukman2026_common.sh): SCALE, RUNS_DIR (runs/beukman2026_fig8), OUT_DIR, WORKERS, SEEDS, FLAGS,
+# PYTHON, DRY_RUN; BUDGETS ("25000000 100000000 400000000": steps per run); laptop: PLACEMENT, U, FIG5A_DIR, FIG5B_DIR
+# (runs/beukman2026_fig5b).
 RUNS_DIR=${RUNS_DIR:-runs/beukman2026_fig8}
+[[ "${SCALE:-paper}" == laptop ]] && source "$(dirname "$0")/_beukman2026_jax2d_main.sh"
+LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
+if [[ "$SCALE" == laptop ]]; then
+  jax2d_grid U
+  FIG5B_DIR=${FIG5B_DIR:-runs/beukman2026_fig5b}
+  if [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]]; then
+    echo "# Fig. 8 (laptop) launches nothing: it draws from the runs in FIG5A_DIR=$FIG5A_DIR and FIG5B_DIR=$FIG5B_DIR"
+    exit 0
+  fi
+  ROOTS=(); for dir in "$FIG5A_DIR" "$FIG5B_DIR"; do [[ -d "$dir" ]] && ROOTS+=("$dir"); done
+  (( ${#ROOTS[@]} )) || die "no runs to draw: FIG5A_DIR=$FIG5A_DIR and FIG5B_DIR=$FIG5B_DIR do not exist; run \
+benchmark/beukman2026_fig5a.sh (SCALE=laptop) first"
+  "$PYTHON" benchmark/beukman2026_jax2d_rule.py fig8 "${ROOTS[@]}" --updates "$U" --figure "$OUT_DIR/beukman2026_fig8" \
+    --out "$OUT_DIR/beukman2026_fig8_rule"
+  exit 0
+fi
 [[ -z "${TOTAL:-}" ]] || die "TOTAL=$TOTAL does not apply: Fig. 8 compares several budgets; set BUDGETS instead"
 read -r -a BUDGETS <<< "${BUDGETS:-25000000 100000000 400000000}"
 for total in "${BUDGETS[@]}"; do

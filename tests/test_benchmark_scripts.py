@@ -236,7 +236,7 @@ def test_sfl_dry_runs_print_b26_grids(tmp_path):
 
 def test_h25_and_b26_laptop_grids(tmp_path):
     """SCALE=laptop (issue 13): H25 on HalfCheetah and Walker2d, 4 seeds, 2.1M steps, KL profiles every 4 of the 42
-    updates (the 1 x 2048 reference left out); B26 on the 8-task CPU setting, 2 seeds."""
+    updates (the 1 x 2048 reference left out). B26's laptop grids: test_b26_jax2d_main_runs_* below."""
     both = {"HalfCheetah-v4", "Walker2d-v4"}
     mb = [parse_flags(c) for c in commands(dry_run("honari2025_minibatch", SCALE="laptop", RUNS_DIR=tmp_path / "m").stdout)]
     assert len(mb) == 2 * 4 * 5 and {r["env_id"] for r in mb} == both and {r["seed"] for r in mb} == set("1234")
@@ -249,14 +249,6 @@ def test_h25_and_b26_laptop_grids(tmp_path):
                                                                                   ("100", "500", "1000")}
     paper = [parse_flags(c) for c in commands(dry_run("honari2025_nxt", RUNS_DIR=tmp_path / "p").stdout)]
     assert len(paper) == 4 * 4 * 3 and {r["total_timesteps"] for r in paper} == {"10000000"}
-    setting = {"task_seed": "31", "num_tasks": "8", "num_envs": "64", "num_steps": "128", "num_minibatches": "8",
-               "update_epochs": "8"}
-    fig5a = [parse_flags(c) for c in commands(dry_run("beukman2026_fig5a", SCALE="laptop", RUNS_DIR=tmp_path / "5").stdout)]
-    assert len(fig5a) == 4 * 2 and {r["ewma_com"] for r in fig5a} == {"1", "4", "16", "64"}
-    assert all({k: r[k] for k in setting} == setting and r["total_timesteps"] == "819200" for r in fig5a)
-    fig3a = [parse_flags(c) for c in commands(dry_run("beukman2026_fig3a", SCALE="laptop", RUNS_DIR=tmp_path / "3").stdout)]
-    assert {(r["ewma_com"], r["total_timesteps"]) for r in fig3a} == {("2", "409600"), ("32", "409600")}
-    assert len(fig3a) == 4 and all({k: r[k] for k in setting} == setting for r in fig3a)
     out = dry_run("beukman2026_fig5a", COMS="8", RUNS_DIR=tmp_path / "x")
     assert out.returncode == 2 and out.stdout == "" and "COMS=8" in out.stderr
 
@@ -572,3 +564,87 @@ def test_b26_jax2d_pilot_grid_and_refusals(tmp_path):
         bad = dry_run("beukman2026_jax2d_pilot", RUNS_DIR=tmp_path / "x", **env)
         err = bad.stderr.strip().splitlines()
         assert bad.returncode == 2 and bad.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+PLACEMENT = {"c_star": 64.0, "c_low": 4.0, "c_high": 1024.0, "coms": [4.0, 16.0, 64.0, 256.0, 1024.0], "updates": 200,
+             "fig3a": [4.0, 64.0], "fig5b": True, "bracketed": {"low": True, "high": False}, "arms": {},
+             "pilot_runs_dir": "runs/beukman2026_jax2d_pilot"}
+JAX2D_SETTING = {"task_seed": "31", "num_tasks": "16", "num_steps": "128", "num_minibatches": "32",
+                 "update_epochs": "8", "eval_every": "20", "eval_attempts": "20", "diagnostics_every": "10"}
+
+
+def placement(tmp_path, **changes):
+    path = tmp_path / f"placement{len(changes)}.json"
+    path.write_text(json.dumps({**PLACEMENT, **changes}))
+    return path
+
+
+def laptop_runs(script, tmp_path, **env):
+    out = dry_run(script, SCALE="laptop", RUNS_DIR=tmp_path / script, **env)
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert all({k: r[k] for k in JAX2D_SETTING} == JAX2D_SETTING for r in runs), runs
+    return out, runs
+
+
+def test_b26_jax2d_main_runs_grids_from_the_placement(tmp_path):
+    """Issue 39's main runs (SCALE=laptop): the pilot's placement sets the COM grid, U and C*; 16 tasks of task seed
+    31, B26's 32 x 8 inner loop, evaluation every 20 updates x 20 episodes, 3 seeds. Fig. 5a: the grid at 64 envs;
+    Fig. 5b: four epsilons; Fig. 7a: N = 16 at C*/4 and C* (N = 64 is Fig. 5a's); Fig. 8: nothing new; Fig. 3a:
+    phase 1 at C_low and C* for U/2 updates."""
+    where = dict(PLACEMENT=placement(tmp_path), RESUME=1)
+    out, fig5a = laptop_runs("beukman2026_fig5a", tmp_path, **where)
+    assert len(fig5a) == 5 * 3 and {r["ewma_com"] for r in fig5a} == {"4", "16", "64", "256", "1024"}
+    assert {(r["num_envs"], r["total_timesteps"]) for r in fig5a} == {("64", str(64 * 128 * 200))}
+    assert {r["seed"] for r in fig5a} == {"1", "2", "3"} and "0 resumed from checkpoints" in out.stdout
+    _, fig5b = laptop_runs("beukman2026_fig5b", tmp_path, **where)
+    assert len(fig5b) == 4 * 3 and {r["clip_coef"] for r in fig5b} == {"0.1", "0.2", "0.4", "0.8"}
+    assert all("ewma_com" not in r and r["num_envs"] == "64" for r in fig5b)  # plain PPO: the script's COM 0
+    _, fig7 = laptop_runs("beukman2026_fig7", tmp_path, **where)
+    assert len(fig7) == 2 * 3 and {r["ewma_com"] for r in fig7} == {"16", "64"}
+    assert {(r["num_envs"], r["total_timesteps"]) for r in fig7} == {("16", str(16 * 128 * 200))}
+    out, fig8 = laptop_runs("beukman2026_fig8", tmp_path, **where)
+    assert fig8 == [] and "launches nothing" in out.stdout
+    _, fig3a = laptop_runs("beukman2026_fig3a", tmp_path, **where)
+    assert sorted({(r["exp_name"], r["ewma_com"], r["num_envs"], r["total_timesteps"]) for r in fig3a}) == [
+        ("com4", "4", "64", str(64 * 128 * 100)), ("com64", "64", "64", str(64 * 128 * 100))] and len(fig3a) == 6
+    # explicit values win over the placement, and stand in for it
+    _, over = laptop_runs("beukman2026_fig5a", tmp_path, **where, COMS="4,64,1024,4096", U=300, SEEDS="1")
+    assert {(r["ewma_com"], r["total_timesteps"]) for r in over} == {(c, str(8192 * 300)) for c in ("4", "64", "1024",
+                                                                                                    "4096")}
+    bad = dry_run("beukman2026_fig5a", SCALE="laptop", RUNS_DIR=tmp_path / "x", **where, COMS="2,8")
+    assert bad.returncode == 2 and bad.stdout == "" and "C_LOW=4 is not in COMS=2,8" in bad.stderr
+    _, given = laptop_runs("beukman2026_fig7", tmp_path, PLACEMENT=tmp_path / "none.json", C_STAR="32.0", U=40)
+    assert {r["ewma_com"] for r in given} == {"8", "32"} and {r["total_timesteps"] for r in given} == {str(16 * 128 * 40)}
+    out = dry_run("beukman2026_fig5b", SCALE="laptop", PLACEMENT=placement(tmp_path, fig5b=False),
+                  RUNS_DIR=tmp_path / "skip")
+    assert out.returncode == 0 and out.stdout.startswith("# Fig. 5b skipped") and out.stdout.count("\n") == 1
+
+
+@pytest.mark.parametrize("script", ["beukman2026_fig5a", "beukman2026_fig5b", "beukman2026_fig7", "beukman2026_fig8",
+                                    "beukman2026_fig3a"])
+def test_b26_jax2d_main_runs_refuse_without_a_placement(script, tmp_path):
+    """No placement and no values: one line naming the pilot's command, exit 2, nothing launched; the same for a
+    TOTAL (the laptop budget is U updates) and a bad value."""
+    for env, words in [(dict(PLACEMENT=tmp_path / "none.json"), ["none.json", "benchmark/beukman2026_jax2d_pilot.sh"]),
+                       (dict(PLACEMENT=placement(tmp_path), TOTAL=1000), ["TOTAL=1000", "U"]),
+                       (dict(PLACEMENT=placement(tmp_path), U="2e2"), ["U=2e2"])]:
+        out = dry_run(script, SCALE="laptop", RUNS_DIR=tmp_path / "x", **env)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and out.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def test_b26_jax2d_fig3a_laptop_reloads_only_the_switched_runs(tmp_path):
+    """Fig. 3a at SCALE=laptop: a finished phase-1 run at C_low is reloaded with C* only (its own continuation is the
+    Fig. 5a run), to U updates."""
+    runs = tmp_path / "runs"
+    run = runs / "Jax2D-Locomotion-l__com4__1__100"
+    write_finished(run, {"script": "ppo_ewma_jax2d", "args": {"exp_name": "com4", "ewma_com": 4.0, "seed": 1,
+                                                              "init_from": None}})
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest.ckpt").write_bytes(b"x")
+    out = dry_run("beukman2026_fig3a", SCALE="laptop", RUNS_DIR=runs, SEEDS="1", PLACEMENT=placement(tmp_path))
+    reloads = [parse_flags(c) for c in commands(out.stdout) if "--init-from" in c]
+    assert [(r["exp_name"], r["ewma_com"], r["total_timesteps"]) for r in reloads] == [
+        ("com4_to_64", "64", str(64 * 128 * 200))]
+    assert reloads[0]["runs_dir"] == str(runs / "reloaded") and reloads[0]["task_seed"] == "31"
