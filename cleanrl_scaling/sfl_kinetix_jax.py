@@ -2,8 +2,8 @@
 environments (B26 §6, App. D-F): PPO trains on levels of which a fraction rho comes from a buffer of the K most
 learnable levels, refilled every T updates by scoring N fresh random levels with the current policy.
 PureJaxRL's shape: make_train(args) returns the jitted pieces (a chunk of PPO updates, the level generator and its
-no-op filter, the scoring rollout, the buffer merge, the evaluation), and a host loop runs the SFL iterations around
-them: refresh the buffer, a chunk of updates, log, evaluate, checkpoint.
+no-op filter, the scoring rollout, the buffer merge, the evaluation, the diagnostics pass), and a host loop runs the
+SFL iterations around them: refresh the buffer, a chunk of updates, log, evaluate, checkpoint.
 
     python cleanrl_scaling/sfl_kinetix_jax.py --env-size s --preset 2048
 
