@@ -92,14 +92,11 @@ def train_sps(train, args, levels, repeats):
     fresh = jax.tree.map(lambda x: x[None, :m.sfl_counts(args)[1]], levels)
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    obs = jax.tree.map(lambda x: x[:1], jax.vmap(train.env.get_obs)(levels))
-    probe = m.empty_probe(train.network, runner.train.params, obs, len(train.probe_index),
-                          args.update_epochs * args.num_minibatches)
-    (runner, probe, *_), compile_chunk = timed(train.train_chunk, hyper, fresh, runner, probe, 1, -1)
-    runner, probe, *_ = jax.block_until_ready(train.train_chunk(hyper, fresh, runner, probe, 1, -1))  # its own outputs
+    (runner, *_), compile_chunk = timed(train.train_chunk, hyper, fresh, runner, 0, 1)
+    runner, *_ = jax.block_until_ready(train.train_chunk(hyper, fresh, runner, 0, 1))  # its own outputs
     t = time.time()
     for _ in range(repeats):
-        runner, probe, stats, _ = train.train_chunk(hyper, fresh, runner, probe, 1, -1)
+        runner, stats, _ = train.train_chunk(hyper, fresh, runner, 0, 1)
     jax.block_until_ready(stats)
     return repeats * args.num_envs * args.num_steps / (time.time() - t), compile_chunk, runner
 
@@ -132,11 +129,9 @@ def update_epoch_cost(train, args, runner, levels, num_samples, repeats):
                     returns=jnp.ones(num_samples), value=jnp.zeros(num_samples))
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))
-    probe = m.empty_probe(train.network, runner.train.params, jax.tree.map(lambda x: x[:1], obs), len(train.probe_index),
-                          args.update_epochs * args.num_minibatches)
-    carry = m.UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+    carry = m.UpdateCarry(train=runner.train, probe=None, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
                           stopped=jnp.zeros((), bool))
-    step = jax.jit(lambda carry, batch: train.minibatch_step(hyper, False, carry, batch)[0])
+    step = jax.jit(lambda carry, batch: train.minibatch_step(hyper, carry, batch)[0])
     compiled = step.lower(carry, batch).compile()
     carry = jax.block_until_ready(compiled(carry, batch))
     t = time.time()

@@ -2,8 +2,8 @@
 environments (B26 §6, App. D-F): PPO trains on levels of which a fraction rho comes from a buffer of the K most
 learnable levels, refilled every T updates by scoring N fresh random levels with the current policy.
 PureJaxRL's shape: make_train(args) returns the jitted pieces (a chunk of PPO updates, the level generator and its
-no-op filter, the scoring rollout, the buffer merge, the evaluation), and a host loop runs the SFL iterations around
-them: refresh the buffer, a chunk of updates, log, evaluate, checkpoint.
+no-op filter, the scoring rollout, the buffer merge, the evaluation, the diagnostics pass), and a host loop runs the
+SFL iterations around them: refresh the buffer, a chunk of updates, log, evaluate, checkpoint.
 
     python cleanrl_scaling/sfl_kinetix_jax.py --env-size s --preset 2048
 
@@ -773,8 +773,8 @@ KL_REF_POINTS = 64  # policies kept per probed update for ref KL(pi_J || pi_j): 
 
 
 class Probe(struct.PyTreeNode):
-    """What the diagnostics need from one update, filled only when that update is probed (lax.cond); every leaf is
-    empty when diagnostics are off. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
+    """What the diagnostics need from one update, recorded by the diagnostics pass (diagnose) that replays it; the
+    training chunk never holds one. Its size does not depend on the J minibatch steps but for seq_kl (J floats):
     KL(pi_j || pi_j-1) is accumulated step by step and only KL_REF_POINTS policies are kept for the ref profile."""
     params_before: Any
     first_grad: jnp.ndarray  # flat first-minibatch gradient
@@ -789,7 +789,7 @@ class Probe(struct.PyTreeNode):
 
 class UpdateCarry(struct.PyTreeNode):
     train: TrainState
-    probe: Probe
+    probe: Optional[Probe]  # None in the training chunk: only the diagnostics pass carries one
     stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
     steps: jnp.ndarray
     stopped: jnp.ndarray  # --target-kl ended the epochs
@@ -972,7 +972,8 @@ class Train(NamedTuple):
     mesh: Mesh  # one axis "envs" over every device of every process
     probe_index: np.ndarray  # the diagnostic states' rows of the flattened [T x N] batch; empty: diagnostics off
     init: Callable  # (level, seed) -> RunnerState
-    train_chunk: Callable  # (hyper, fresh [U, F], runner, probe, n, probe_at) -> (runner, probe, stats, episodes)
+    train_chunk: Callable  # (hyper, fresh [U, F], runner, start, stop) -> (runner, stats, episodes)
+    diagnose: Optional[Callable]  # (hyper, fresh [U, F], runner, i) -> (probe, replayed train state); None: off
     sample: Callable  # (keys [C, G], calls) -> levels [C, G], rows < calls made (looped)
     noop_solved: Callable  # (keys [C, G], calls) -> [C, G, level_filter_ratio] bools: a no-op solves the candidate
     score: Callable  # (params, levels [B], key) -> p [B]
@@ -981,7 +982,7 @@ class Train(NamedTuple):
     shardings: Callable  # RunnerState -> its shardings (replicated: the envs live inside one update)
     start_envs: Callable  # levels [N] -> EnvBatch
     env_step: Callable  # (envs, action) -> (envs, obs, reward, done, terminated, episodes)
-    minibatch_step: Callable  # (hyper, probe_on, carry, minibatch) -> (carry, stats)
+    minibatch_step: Callable  # (hyper, carry, minibatch) -> (carry, stats)
 
 
 def make_train(args) -> Train:
@@ -1047,7 +1048,7 @@ def make_train(args) -> Train:
         return new_envs, (transition, episodes)
 
     # Update: update_epochs x num_minibatches Adam steps; theta_prox follows theta after every step (B26 §2.2)
-    def minibatch_step(hyper: Hyper, probe_on, carry: UpdateCarry, mb: Batch):
+    def minibatch_step(hyper: Hyper, carry: UpdateCarry, mb: Batch):
         """One Adam step on a minibatch; the loss is a mean over the whole (sharded) minibatch, so the gradient is the
         average over every device's samples."""
         train = carry.train
@@ -1059,14 +1060,13 @@ def make_train(args) -> Train:
         new_train = TrainState(params=params, opt_state=opt_state,
                                prox_params=ewma_update(train.prox_params, params, hyper.ewma_com))
         probe = carry.probe
-        if probe_index.size:  # diagnostics on: a side branch that reads, never writes, the training values
-            probe = jax.lax.cond(probe_on, functools.partial(record_probe_step, network), lambda *_: carry.probe,
-                                 carry.probe, carry.steps, grads, params)
+        if probe is not None:  # traced only into the diagnostics pass: it reads, never writes, the training values
+            probe = record_probe_step(network, probe, carry.steps, grads, params)
         new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
                           steps=carry.steps + 1, stopped=carry.stopped)
         return new, stats
 
-    def update_epoch(hyper: Hyper, batch: Batch, probe_on, carry: UpdateCarry, key):
+    def update_epoch(hyper: Hyper, batch: Batch, carry: UpdateCarry, key):
         """Every sample once, in M minibatches of whole trajectories (default) or of T/S steps of each of N/G envs;
         the same minibatches on any device count."""
         if args.minibatch_form == "trajectories":
@@ -1083,7 +1083,7 @@ def make_train(args) -> Train:
                 return take_minibatch(batch, order, index, groups)
 
         def step(carry, index):
-            return minibatch_step(hyper, probe_on, carry, take(index))
+            return minibatch_step(hyper, carry, take(index))
 
         def run(carry):
             carry, stats = jax.lax.scan(step, carry, mb_order)
@@ -1091,8 +1091,9 @@ def make_train(args) -> Train:
             return carry.replace(stopped=stopped)
         return jax.lax.cond(carry.stopped, lambda c: c, run, carry), None
 
-    def update_iteration(hyper: Hyper, fresh, runner: RunnerState, probe: Probe, probe_on):
-        """One PPO iteration: assign levels (buffer or fresh), rollout, GAE, update_epochs x num_minibatches steps."""
+    def update_iteration(hyper: Hyper, fresh, runner: RunnerState, probed: bool = False):
+        """One PPO iteration: assign levels (buffer or fresh), rollout, GAE, update_epochs x num_minibatches steps;
+        probed (the diagnostics pass only): also record the probe of this update, else the probe is None."""
         key, key_levels, key_rollout, key_update = jax.random.split(runner.key, 4)
         params = runner.train.params
         levels = assign_levels(key_levels, runner.buffer.levels, fresh, num_from_buffer,
@@ -1102,22 +1103,25 @@ def make_train(args) -> Train:
         _, last_value, _, _ = network.apply(params, envs.obs)
         advantages, returns = compute_gae(traj, last_value, args.gamma, args.gae_lambda, args.bootstrap_time_limit)
         batch = Batch(traj.obs, traj.action, traj.logp, advantages, returns, traj.value)  # [T, N, ...], envs sharded
-        if probe_index.size:
-            probe = jax.lax.cond(probe_on, functools.partial(start_probe, network, probe_index, args.num_envs),
-                                 lambda *_: probe, probe, params, batch)
+        probe = None
+        if probed:
+            probe = start_probe(network, probe_index, args.num_envs, empty_probe(
+                network, params, jax.tree.map(lambda x: x[0, :1], batch.obs), len(probe_index),
+                args.update_epochs * args.num_minibatches), params, batch)
         carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
                             stopped=jnp.zeros((), bool))
         keys = jax.random.split(key_update, args.update_epochs)
-        carry, _ = jax.lax.scan(functools.partial(update_epoch, hyper, batch, probe_on), carry, keys)
+        carry, _ = jax.lax.scan(functools.partial(update_epoch, hyper, batch), carry, keys)
         var_y = jnp.var(batch.returns)
         explained_var = jnp.where(var_y == 0, jnp.nan, 1 - jnp.var(batch.returns - batch.value) / var_y)
         stats = jnp.append(carry.stat_sum / carry.steps, explained_var)
         return runner.replace(train=carry.train, key=key), carry.probe, stats, episodes
 
-    def train_chunk(hyper: Hyper, fresh, runner: RunnerState, probe: Probe, num_updates, probe_at):
-        """Run num_updates (<= --updates-per-chunk, dynamic: one compiled program for every chunk length) updates,
-        update i on the pre-sampled fresh levels fresh[i]; the update at index probe_at (-1: none) fills the probe.
-        Episodes come back reduced (EpisodeStats per update), so what the host reads does not grow with N."""
+    def train_chunk(hyper: Hyper, fresh, runner: RunnerState, start, stop):
+        """Run updates start ... stop - 1 of a chunk (stop <= --updates-per-chunk; both dynamic: one compiled program
+        for every chunk length and split), update i on the pre-sampled fresh levels fresh[i], into row i of the stats
+        and episodes. Episodes come back reduced (EpisodeStats per update), so what the host reads does not grow
+        with N."""
         max_updates = args.updates_per_chunk
         stats_buf = jnp.full((max_updates, 8), jnp.nan)
         empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((args.num_steps, args.num_envs), d)
@@ -1125,12 +1129,19 @@ def make_train(args) -> Train:
         episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
 
         def body(i, carry):
-            runner, probe, stats_buf, episodes_buf = carry
-            runner, probe, stats, episodes = update_iteration(hyper, tree_take(fresh, i), runner, probe, i == probe_at)
+            runner, stats_buf, episodes_buf = carry
+            runner, _, stats, episodes = update_iteration(hyper, tree_take(fresh, i), runner)
             episodes_buf = jax.tree.map(lambda b, e: b.at[i].set(e), episodes_buf, episode_stats(episodes))
-            return runner, probe, stats_buf.at[i].set(stats), episodes_buf
+            return runner, stats_buf.at[i].set(stats), episodes_buf
 
-        return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
+        return jax.lax.fori_loop(start, stop, body, (runner, stats_buf, episodes_buf))
+
+    def diagnose(hyper: Hyper, fresh, runner: RunnerState, index):
+        """The diagnostics pass (SPEC §5): update `index` of a chunk replayed from the runner before it (which carries
+        the key: the same levels, rollout and minibatches) with the probe recording it. Training never reads what it
+        returns: the probe, and the replayed train state (to check that the replay is the chunk's update)."""
+        replayed, probe, _, _ = update_iteration(hyper, tree_take(fresh, index), runner, probed=True)
+        return probe, replayed.train
 
     # SFL scoring: play each candidate level for L steps with the current policy and count solved episodes
     def score_levels(params, levels, key):
@@ -1172,9 +1183,10 @@ def make_train(args) -> Train:
         env=env, env_params=env_params, static_params=static_params, network=network, mesh=mesh,
         probe_index=probe_index,
         init=jax.jit(init),  # one compiled program, not hundreds of eager ops
-        # runner and probe come back placed as they went in (replicated): another placement compiles the next chunk again
-        train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2, 3),
-                                            out_shardings=(replicated, replicated, None, None))),
+        # the runner comes back placed as it went in (replicated): another placement compiles the next chunk again
+        train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2,), out_shardings=(replicated, None, None))),
+        # only when diagnostics are on; it reads the runner, never donates it (the next chunk goes on from it)
+        diagnose=InStep("diagnose", jax.jit(diagnose, out_shardings=replicated)) if probe_index.size else None,
         sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
                                         in_shardings=in_calls, out_shardings=calls)),
         noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
@@ -1186,8 +1198,8 @@ def make_train(args) -> Train:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): the probed update records them behind lax.cond (read-only, no training RNG draws); the host
-# computes them in float64
+# Diagnostics (SPEC §5): a separate pass replays the probed update and records the probe (the training chunk has
+# none; no training RNG draws); the host computes them in float64
 # ---------------------------------------------------------------------------------------------------------
 def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
     """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
@@ -1210,9 +1222,7 @@ def ref_slots(num_steps: int) -> np.ndarray:
 
 
 def empty_probe(network: ActorCritic, params, obs_example, num_diag: int, num_steps: int) -> Probe:
-    """The probe of num_diag states over num_steps minibatch steps (zero-sized when diagnostics are off)."""
-    if num_diag == 0:  # diagnostics off: nothing allocated (and nothing copied to the devices)
-        return Probe(*(jnp.zeros((0,)) for _ in dataclasses.fields(Probe)))
+    """The probe of num_diag states over num_steps minibatch steps, zeros until start_probe fills it."""
     d, a = network.action_mask.shape
     flat, _ = ravel_pytree(params)
     logits = jnp.zeros((num_diag, d, a))
@@ -1486,9 +1496,9 @@ def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerStat
     return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
 
 
-def initial_state(train: Train, args, ckpt, template: RunnerState, example) -> tuple:
-    """(runner, probe, hyper) as global values: the runner of --seed (template) or of the checkpoint, the empty probe,
-    and the hyperparameters a sweep changes (traced, so one compiled chunk serves them all)."""
+def initial_state(train: Train, args, ckpt, template: RunnerState) -> tuple:
+    """(runner, hyper) as global values: the runner of --seed (template) or of the checkpoint, and the
+    hyperparameters a sweep changes (traced, so one compiled chunk serves them all)."""
     runner = template
     if ckpt:
         try:
@@ -1499,13 +1509,27 @@ def initial_state(train: Train, args, ckpt, template: RunnerState, example) -> t
     lockstep("init")  # init compiled on each process alone
     replicated = NamedSharding(train.mesh, P())
     runner = to_global(fetch(runner), train.shardings(runner))
-    obs_example = jax.tree.map(lambda x: x[None], train.env.get_obs(jax.tree.map(lambda x: x[0], example)))
-    probe = empty_probe(train.network, template.train.params, obs_example, len(train.probe_index),
-                        args.update_epochs * args.num_minibatches)
-    probe = to_global(fetch(probe), replicated)
     hyper = to_global(Hyper(clip_coef=np.float32(args.clip_coef), ewma_com=np.float32(args.ewma_com),
                             ent_coef=np.float32(args.ent_coef), vf_coef=np.float32(args.vf_coef)), replicated)
-    return runner, probe, hyper
+    return runner, hyper
+
+
+def run_chunk(train: Train, hyper: Hyper, fresh, runner: RunnerState, n: int, probe_at: Optional[int]) -> tuple:
+    """The chunk's n updates: (runner, stats, episodes, probe), stats and episodes fetched (global values, the same
+    on every process). With probe_at (a diagnostics iteration) the chunk runs as two calls split there, and the
+    diagnostics pass replays update probe_at from the runner between them: one update's extra compute, and training
+    goes on from the chunk's own state (SPEC §5)."""
+    if probe_at is None:
+        runner, stats, episodes = train.train_chunk(hyper, fresh, runner, 0, n)
+        return (runner, *fetch((stats, episodes)), None)
+    if probe_at:
+        runner, *before = train.train_chunk(hyper, fresh, runner, 0, probe_at)
+    probe, _ = train.diagnose(hyper, fresh, runner, probe_at)  # started before the next call donates runner
+    runner, *after = train.train_chunk(hyper, fresh, runner, probe_at, n)
+    after = fetch(after)
+    if probe_at:  # the rows of updates 0 ... probe_at - 1 come from the first call
+        after = jax.tree.map(lambda a, b: np.concatenate([a[:probe_at], b[probe_at:]]), fetch(before), after)
+    return (runner, *after, probe)
 
 
 class Evaluation(NamedTuple):
@@ -1713,7 +1737,7 @@ def main():
     if args.estimate_memory:
         print_memory_estimate(estimate_memory(train, args, template, example))
         return
-    runner, probe, hyper = initial_state(train, args, ckpt, template, example)
+    runner, hyper = initial_state(train, args, ckpt, template)
     evaluation, listed = load_levels(train, args)
     print(f"levels, {len(evaluation.handmade_names)} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
     start_iteration = ckpt["iteration"] if ckpt else 0
@@ -1751,14 +1775,13 @@ def main():
                 logger.log(iteration * args.batch_size, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
 
         # A jitted chunk of updates, each: assign levels (round(rho N) envs play buffer levels, the others fresh ones),
-        # rollout, GAE, epochs x minibatches of PPO(-EWMA); on a diagnostics iteration its last update is probed
+        # rollout, GAE, epochs x minibatches of PPO(-EWMA); on a diagnostics iteration its last update is replayed
         end = next_stop(iteration, args, first)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
         fresh = listed if args.train_levels else fresh_levels(train, args, fresh_key, iteration, n)
         with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
-            runner, probe, stats, episodes = train.train_chunk(hyper, fresh, runner, probe, n, n - 1 if diag_at else -1)
-            stats, episodes = fetch((stats, episodes))  # global values, the same on every process
+            runner, stats, episodes, probe = run_chunk(train, hyper, fresh, runner, n, n - 1 if diag_at else None)
         first = False
         bad = first_bad_update(stats, runner, n)
         sps = clock.tick(n)
@@ -2254,11 +2277,6 @@ def estimate_memory(train: Train, args, template: RunnerState, sample_level_exam
     def per_level(n, sharding):
         return abstract(jax.tree.map(lambda x: x[0], sample_level_example), sharding, (n,))
     runner = abstract(template, replicated)
-    probe = jax.eval_shape(lambda: empty_probe(train.network, template.train.params,
-                                               jax.tree.map(lambda x: x[None], train.env.get_obs(
-                                                   jax.tree.map(lambda x: x[0], sample_level_example))),
-                                               len(train.probe_index), args.update_epochs * args.num_minibatches))
-    probe = abstract(probe, replicated)
     fresh_count = sfl_counts(args)[1]
     fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
     fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
@@ -2269,8 +2287,10 @@ def estimate_memory(train: Train, args, template: RunnerState, sample_level_exam
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
     keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
                                 sharding=NamedSharding(mesh, P(None, "envs")))
-    lowered = {"train_chunk": train.train_chunk.lower(hyper, fresh, runner, probe, scalar, scalar),
+    lowered = {"train_chunk": train.train_chunk.lower(hyper, fresh, runner, scalar, scalar),
                "level_sampler": train.sample.lower(keys, scalar)}
+    if train.diagnose is not None:  # the diagnostics pass: one update and the probe
+        lowered["diagnostics"] = train.diagnose.lower(hyper, fresh, runner, scalar)
     if args.level_filter_steps and args.level_filter_ratio > 1:
         lowered["level_filter"] = train.noop_solved.lower(keys, scalar)
     if not args.no_sfl:

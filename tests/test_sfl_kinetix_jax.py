@@ -480,12 +480,44 @@ def probe_bytes(probe):
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(probe))
 
 
-def test_diagnostics_off_allocate_no_probe():
-    args = m.Args(diagnostics_every=0)
-    m.apply_scaling(args, m.validate(args, ["--diagnostics-every", "0"]))
-    train, params, _ = fake_train(0, diagnostics_every=args.diagnostics_every)
-    assert train.probe_index.size == 0 and fake_train(0)[0].probe_index.size == 3  # on: every state of the batch of 3
-    assert probe_bytes(m.empty_probe(train.network, params, jnp.zeros((1, 2)), len(train.probe_index), 256)) == 0
+def fake_chunk(diagnostics_every: int):
+    """fake_train's programs with a 2-update chunk (2 epochs x 2 minibatches of steps: 3 envs do not split into 2
+    sets of trajectories; 2 envs on buffer levels, 1 on a fresh one) and its inputs: (train, hyper, fresh, runner)."""
+    train, _, levels = fake_train(0, diagnostics_every=diagnostics_every, diagnostics_states=2, sfl_buffer_size=2,
+                                  updates_per_chunk=2, update_epochs=2, num_steps=4, num_minibatches=2,
+                                  minibatch_form="steps")
+    runner = train.init(jax.tree.map(lambda x: x[0], levels), 1)
+    runner = runner.replace(buffer=m.top_k_levels(runner.buffer, levels, jnp.array([0.5, 0.2, 0.9])))
+    fresh = jax.tree.map(lambda x: jnp.stack([x[:1], x[1:2]]), levels)
+    return train, m.Hyper(*(jnp.float32(v) for v in (0.2, 0.0, 0.01, 0.5))), fresh, runner
+
+
+def test_the_training_chunk_is_the_same_program_with_diagnostics_on_or_off():
+    """Issue 41: the training chunk carries no probe and no diagnostics branch (a separate pass replays the probed
+    update), so diagnostics cannot change training; with diagnostics off no diagnostics program is built."""
+    lowered = {}
+    for every in (0, 1):
+        train, hyper, fresh, runner = fake_chunk(every)
+        assert (train.diagnose is None) == (every == 0) and train.probe_index.size == (2 if every else 0)
+        lowered[every] = train.train_chunk.lower(hyper, fresh, runner, 0, 2).as_text()
+    assert lowered[0] == lowered[1]
+
+
+def test_the_diagnostics_pass_replays_the_chunks_update():
+    """The diagnostics pass, from the runner before update 1 of the chunk, ends where the chunk's update 1 ends: the
+    same parameters, Adam state and theta_prox, bit for bit (what makes the separate pass trustworthy); its probe
+    starts from those parameters and records every minibatch step."""
+    train, hyper, fresh, runner = fake_chunk(1)
+    before, *_ = train.train_chunk(hyper, fresh, runner, 0, 1)
+    probe, replayed = train.diagnose(hyper, fresh, before, 1)
+    params_before = jax.tree.map(np.asarray, before.train.params)  # read before the chunk call donates it
+    after, stats, _ = train.train_chunk(hyper, fresh, before, 1, 2)
+    assert np.isfinite(np.asarray(stats)[1]).all() and np.isnan(np.asarray(stats)[0]).all()  # only update 1 ran
+    for a, b in zip(jax.tree.leaves(replayed), jax.tree.leaves(after.train)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(probe.params_before), jax.tree.leaves(params_before)):
+        np.testing.assert_array_equal(a, b)
+    assert int(probe.steps) == 4 and not np.array_equal(probe.kept_logits[0], probe.last_logits)
 
 
 def test_probe_size_does_not_grow_with_minibatch_steps():
@@ -1398,41 +1430,51 @@ def placement(tree) -> dict:
 
 
 def chunk_compiles(argv, chunks: int = 3) -> dict:
-    """train_chunk's compiled programs after `chunks` chunks of the tiny run (the last one probed), state placed as
-    main() places it, the buffer filled by the merge program and the fresh levels laid out as main() lays out listed
-    ones (hand-designed levels: no level generator to compile); and the state leaves a chunk returned placed or typed
-    otherwise than it took them (each such change compiles the chunk again)."""
+    """train_chunk's and the diagnostics pass's compiled programs after `chunks` chunks of the tiny run, every chunk
+    but the first probed (run as main() runs them, by run_chunk), state placed as main() places it, the buffer filled
+    by the merge program and the fresh levels laid out as main() lays out listed ones (hand-designed levels: no level
+    generator to compile); the state leaves a chunk returned placed or typed otherwise than it took them (each such
+    change compiles the chunk again); and how far the diagnostics pass's replayed train state is from the chunk's."""
     args = tyro.cli(m.Args, args=argv)
     m.apply_scaling(args, m.validate(args, argv))
     train = m.make_train(args)
     levels = m.load_handmade_levels(args.env_size, train.static_params)
     template = train.init(jax.tree.map(lambda x: x[0], levels), args.seed)
-    runner, probe, hyper = m.initial_state(train, args, None, template, levels)
+    runner, hyper = m.initial_state(train, args, None, template)
     scored = m.to_global(m.fetch(m.tree_take(levels, jnp.arange(args.sfl_buffer_size))), NamedSharding(train.mesh, P("envs")))
     p = m.to_global(np.linspace(0.1, 0.9, args.sfl_buffer_size, dtype=np.float32), NamedSharding(train.mesh, P("envs")))
     runner = runner.replace(buffer=train.merge(runner.buffer, scored, p))
     num_fresh = m.sfl_counts(args)[1]  # split over the devices when they divide it, as fresh_levels makes them
     fresh = m.to_global(m.fetch(m.listed_levels(levels, num_fresh, args.updates_per_chunk)), NamedSharding(
         train.mesh, P(None, "envs") if num_fresh % jax.device_count() == 0 else P()))
-    changed = set()
+    changed, n = set(), args.updates_per_chunk
     for c in range(chunks):
-        before = placement((runner, probe))
-        probe_at = args.updates_per_chunk - 1 if c == chunks - 1 else -1
-        runner, probe, stats, _ = train.train_chunk(hyper, fresh, runner, probe, args.updates_per_chunk, probe_at)
-        after = placement((runner, probe))
+        before = placement(runner)
+        runner, stats, _, probe = m.run_chunk(train, hyper, fresh, runner, n, n - 1 if c else None)
+        after = placement(runner)
         changed |= {k for k in before if before[k] != after[k]}
-    jax.block_until_ready(stats)
-    return {"compiles": train.train_chunk.jitted._cache_size(), "changed": sorted(changed),
-            "devices": jax.device_count(), "finite": bool(np.isfinite(np.asarray(stats)[:args.updates_per_chunk]).all())}
+    # the faithfulness check: the replayed update against the chunk's own, from the same runner
+    runner, *_ = train.train_chunk(hyper, fresh, runner, 0, n - 1)
+    _, replayed = train.diagnose(hyper, fresh, runner, n - 1)
+    runner, *_ = train.train_chunk(hyper, fresh, runner, n - 1, n)
+    diffs = [(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(), np.abs(np.asarray(b)).max())
+             for a, b in zip(m.fetch(jax.tree.leaves(replayed)), m.fetch(jax.tree.leaves(runner.train)))]
+    return {"compiles": train.train_chunk.jitted._cache_size(), "diagnose_compiles": train.diagnose.jitted._cache_size(),
+            "changed": sorted(changed), "devices": jax.device_count(), "probe_steps": int(m.fetch(probe.steps)),
+            "finite": bool(np.isfinite(stats[:n]).all()), "replay_max_abs_diff": float(max(d for d, _ in diffs)),
+            "replay_max_rel_diff": float(max(d / max(s, 1e-30) for d, s in diffs))}
 
 
 @pytest.mark.slow
 def test_train_chunk_compiles_once_on_one_device():
     """A chunk returns its state as it took it, so a run (and a resumed run) compiles the chunk once: not again on
-    the second chunk, inside the timed SPS, nor on a probed (diagnostics) chunk. Slow: tracing Kinetix's step for the
-    chunk takes about a minute here."""
+    the second chunk, inside the timed SPS, nor on a chunk split around a diagnostics pass; the diagnostics pass
+    compiles once for two diagnostics iterations, and replays the chunk's update exactly. Slow: tracing Kinetix's step
+    for the chunk takes about a minute here."""
     result = chunk_compiles(tiny(6, diagnostics_every=2))
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
+    assert result["diagnose_compiles"] == 1 and result["probe_steps"] == 4, result  # 2 diagnostics iterations
+    assert result["replay_max_abs_diff"] == 0.0, result  # the diagnostics pass replays the chunk's update exactly
 
 
 @pytest.mark.slow
@@ -1441,3 +1483,5 @@ def test_train_chunk_compiles_once_on_four_devices():
     result = json_on_devices("test_sfl_kinetix_jax", "t.chunk_compiles(t.tiny(6, diagnostics_every=2))", 4, timeout=1800)
     assert result["devices"] == 4
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
+    assert result["diagnose_compiles"] == 1 and result["probe_steps"] == 4, result
+    assert result["replay_max_abs_diff"] == 0.0, result
