@@ -7,9 +7,9 @@ docs/reproducing/beukman2026_jax2d_design.md).
 What is read, per run (one run per arm; the newest of runs with identical flags):
 - the training solve rate of a 20-update window, pooled over its episodes. ppo_ewma_jax2d.py logs
   charts/train_solve_rate once per update (the fraction of that update's finished episodes that ended at the goal)
-  and one row per finished episode at the same iteration (charts/episodic_length), so a window's rate is
+  and one row per finished episode at the same iteration (charts/episodic_return), so a window's rate is
   sum(rate x episodes) / sum(episodes) over its 20 updates: every episode weighs the same, not every update
-  (rate x episodes is rounded to the whole number of solved episodes it is);
+  (beukman2026_jax2d_rule.py's train_rate, the one definition both rules use);
 - the windows are the ten disjoint ones of updates 1-20, 21-40, ..., 181-200: W1 = 1-20, MID = 81-100, FINAL =
   181-200, BEST = the highest of the ten. The rule is written for 200 updates: a run with fewer finished is refused
   (exit 2, naming it), and updates after 200 are not read;
@@ -40,9 +40,11 @@ from typing import Optional
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # the repository, and the rule beside this file
 from cleanrl_scaling.utils.aggregate import Run, UsageError, deduplicate, read_metrics  # noqa: E402
 from cleanrl_scaling.utils.rundirs import read_json, run_dirs, run_status  # noqa: E402
+from beukman2026_jax2d_rule import EPISODE, TRAIN, train_rate  # noqa: E402  (one pooled rate for both rules)
 
 UPDATES = 200  # the rule is written for the pilot's 200 updates
 WINDOW = 20
@@ -106,23 +108,18 @@ def finished_updates(run) -> int:
 
 def window_rates(run) -> list:
     """The ten windows' training solve rates, each pooled over the episodes that ended in it."""
-    rates = column(run.metrics, "charts/train_solve_rate")
-    episodes = column(run.metrics, "charts/episodic_length").groupby("iteration").size()
+    rates = column(run.metrics, TRAIN)
+    episodes = column(run.metrics, EPISODE).groupby("iteration").size()
     if rates["iteration"].duplicated().any() or set(rates["iteration"]) != set(episodes.index):
         raise UsageError(f"{run.path}: charts/train_solve_rate is not one row per update with finished episodes; "
                          "was it written by ppo_ewma_jax2d.py?")
-    solved = np.zeros(UPDATES + 1)
-    ended = np.zeros(UPDATES + 1)
-    for it, rate in zip(rates["iteration"].astype(int), rates["value"]):
-        ended[it] = episodes[it]
-        solved[it] = round(rate * episodes[it])
     out = []
-    for w in range(UPDATES // WINDOW):
-        part = slice(w * WINDOW + 1, (w + 1) * WINDOW + 1)
-        if ended[part].sum() == 0:
-            raise UsageError(f"{run.path}: no training episode ended in updates {w * WINDOW + 1}-{(w + 1) * WINDOW}; "
+    for first in range(1, UPDATES + 1, WINDOW):
+        rate = train_rate(run, first, first + WINDOW - 1)
+        if not math.isfinite(rate):
+            raise UsageError(f"{run.path}: no training episode ended in updates {first}-{first + WINDOW - 1}; "
                              "the rule cannot read that window")
-        out.append(float(solved[part].sum() / ended[part].sum()))
+        out.append(rate)
     return out
 
 
