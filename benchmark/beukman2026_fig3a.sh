@@ -12,10 +12,12 @@
 #   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, seeds 1 2 3); phase 1 at C_LOW (the pilot's
 #   plateauing COM) and C_STAR for U/2 updates, phase 2 only the two switched reloads (com{C_LOW}_to_{C_STAR},
 #   com{C_STAR}_to_{C_LOW}) to U; the runs continued unchanged are the Fig. 5a runs at the same COM and seed (FIG5A_DIR:
-#   same flags, constant learning rate, so their first U/2 updates are phase 1; to be checked on one pair of runs
-#   before the verdict is relied on). C_LOW, C_STAR and U from the pilot's placement (PLACEMENT) or given. 2 x U/2 +
-#   2 x U/2 updates per seed = 2 runs of U: ~1.46 CPU-hours per seed at U = 200, 4.4 CPU-hours for 3 seeds (6.5 at
-#   U = 300). RESUME=1 continues.
+#   same flags, constant learning rate, so their first U/2 updates are phase 1: checked bit for bit in
+#   tests/test_jax2d_placement.py). Phase 1 is not run when every Fig. 5a run at C_LOW and C_STAR (of U updates) kept
+#   its state at update U/2 (Fig. 5a at SCALE=laptop passes --keep-checkpoints U/2): the reloads start from those.
+#   C_LOW, C_STAR and U from the pilot's placement (PLACEMENT) or given. 2 x U/2 updates per seed = 1 run of U:
+#   ~0.73 CPU-hours per seed at U = 200, 2.2 CPU-hours for 3 seeds (3.3 at U = 300); twice that if phase 1 must run.
+#   RESUME=1 continues.
 #   The rule, fixed before the main runs (benchmark/beukman2026_jax2d_rule.py fig3a prints it per seed): per run,
 #   final = mean evaluation solve rate of its last three evaluations (updates U-40, U-20, U), averaged over the
 #   seeds; raising holds if com{C_LOW}_to_{C_STAR} ends closer to C_STAR's reference than to C_LOW's, lowering if
@@ -46,29 +48,56 @@ positive_int TOTAL2 "$TOTAL2"
 one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
 not_in_flags ewma-com exp-name init-from resume seed total-timesteps
 
-PHASE1=(); for com in "${COMS[@]}"; do PHASE1+=(--flag-set "--exp-name com$com --ewma-com $com"); done
-launch --job-name beukman2026_fig3a_phase1 "${PHASE1[@]}" -- --total-timesteps "$TOTAL"
-
-# Phase 2: one reload per finished phase-1 run and COM, its own included (interrupted runs are not reloaded)
-mapfile -t RELOADS < <("$PYTHON" - "$RUNS_DIR" "$OWN" "${COMS[@]}" <<'PY'
-import os, shlex, sys
+# The states phase 2 starts from, one per COM and seed ("COM SEED kept|phase1 CHECKPOINT"): at SCALE=laptop the state
+# Fig. 5a's run at that COM and seed kept at update U/2 (--keep-checkpoints; a prefix of a run is bit for bit the
+# shorter run, tests/test_jax2d_placement.py), else the final checkpoint of a *finished* phase-1 run
+start_states() {
+  "$PYTHON" - "$RUNS_DIR" "${KEPT_DIR:-}" "${KEPT_ITERATION:-0}" "${KEPT_TOTAL:-0}" "${SEEDS[*]}" "${COMS[@]}" <<'PY'
+import os, sys
 from cleanrl_scaling.utils.rundirs import read_json, run_status
-root, own, coms = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
-for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-    path = os.path.join(root, name)
-    config = read_json(os.path.join(path, "config.json"))
-    ckpt = os.path.join(path, "checkpoints", "latest.ckpt")
-    if not isinstance(config, dict) or run_status(path) != "finished" or not os.path.exists(ckpt):
-        continue
-    args = config.get("args", {})
+root, kept_dir, kept_it, kept_total, seeds, coms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \
+    sys.argv[5].split(), sys.argv[6:]
+def runs(where):
+    for name in sorted(os.listdir(where)) if where and os.path.isdir(where) else []:
+        config = read_json(os.path.join(where, name, "config.json"))
+        if isinstance(config, dict) and not config.get("args", {}).get("init_from"):
+            yield os.path.join(where, name), config["args"]
+found = {}
+for path, args in runs(kept_dir):  # Fig. 5a's runs of the same budget, finished or not: the state at U/2 is final
+    ckpt = os.path.join(path, "checkpoints", f"iteration_{kept_it}.ckpt")
+    if int(args.get("total_timesteps", -1)) == kept_total and os.path.exists(ckpt):
+        found.setdefault((f"{float(args.get('ewma_com', 0)):g}", str(args.get("seed"))), ("kept", ckpt))
+for path, args in runs(root):
     com = f"{float(args.get('ewma_com', 0)):g}"
-    if args.get("init_from") or args.get("exp_name") != f"com{com}":
-        continue
-    for new in coms:  # its own COM too (OWN): the reference continuation the switched runs are compared with
-        if new != com or own:
-            print(f"--init-from {shlex.quote(ckpt)} --ewma-com {new} --seed {args['seed']} --exp-name com{com}_to_{new}")
+    ckpt = os.path.join(path, "checkpoints", "latest.ckpt")
+    if args.get("exp_name") == f"com{com}" and run_status(path) == "finished" and os.path.exists(ckpt):
+        found.setdefault((com, str(args.get("seed"))), ("phase1", ckpt))
+for (com, seed), (source, ckpt) in sorted(found.items()):
+    if com in coms and seed in seeds:
+        print(com, seed, source, ckpt)
 PY
-)
+}
+KEPT_DIR=; KEPT_ITERATION=0; KEPT_TOTAL=0
+[[ "$SCALE" == laptop ]] && { KEPT_DIR=$FIG5A_DIR; KEPT_ITERATION=$((U / 2)); KEPT_TOTAL=$TOTAL2; }
+mapfile -t STARTS < <(start_states)
+KEPT=$(printf "%s\n" "${STARTS[@]}" | grep -c "^[^ ]* [^ ]* kept " || true)
+if [[ "$SCALE" == laptop ]] && (( KEPT == ${#COMS[@]} * ${#SEEDS[@]} )); then
+  echo "# phase 1: not run; every COM and seed starts from the state its Fig. 5a run kept at update $((U / 2)) ($FIG5A_DIR)"
+else
+  PHASE1=(); for com in "${COMS[@]}"; do PHASE1+=(--flag-set "--exp-name com$com --ewma-com $com"); done
+  launch --job-name beukman2026_fig3a_phase1 "${PHASE1[@]}" -- --total-timesteps "$TOTAL"
+  mapfile -t STARTS < <(start_states)
+fi
+
+# Phase 2: one reload per start state and COM, its own included (OWN=1; interrupted runs are not reloaded)
+RELOADS=()
+for start in "${STARTS[@]}"; do
+  read -r com seed _ ckpt <<< "$start"
+  for new in "${COMS[@]}"; do  # its own COM too (OWN): the reference continuation the switched runs are compared with
+    [[ "$new" != "$com" || "$OWN" == 1 ]] && \
+      RELOADS+=("--init-from $(printf %q "$ckpt") --ewma-com $new --seed $seed --exp-name com${com}_to_$new")
+  done
+done
 if [[ -n "${DRAW_ONLY:-}" ]]; then
   :  # draw what exists, launch nothing
 elif (( ${#RELOADS[@]} )); then

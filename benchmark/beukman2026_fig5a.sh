@@ -13,7 +13,8 @@
 #   pilot's COM grid C_LOW..C_HIGH in x4 steps (COMS) and U updates (PLACEMENT, or COMS, C_LOW, C_STAR, C_HIGH, U):
 #   ~0.73 CPU-hours per run at U = 200 (1.08 at 300), 5 COMs x 3 seeds = 11.0 CPU-hours (16.2 at U = 300); WORKERS=2
 #   runs two at once, one core each. Fig. 1a draws the lowest COM, C_STAR and the highest. These runs are also
-#   Fig. 7a's N = 64 arms, Fig. 3a's references and Fig. 8's dots (FIG5A_DIR in those scripts). RESUME=1 continues.
+#   Fig. 7a's N = 64 arms, Fig. 3a's references and phase 1 (each keeps its state at update U/2) and Fig. 8's dots
+#   (FIG5A_DIR in those scripts). RESUME=1 continues.
 #   The rules, fixed before the main runs (benchmark/beukman2026_jax2d_rule.py prints them per seed):
 #   per run, final = mean evaluation solve rate of the last three evaluations (updates U-40, U-20, U), mid = of the
 #   three around U/2 (the nearest, the earlier on a tie, and its two neighbours), late gain = final - mid; the
@@ -35,6 +36,7 @@ if [[ "${SCALE:-paper}" == laptop ]]; then
 fi
 LAPTOP_GRID=1
 source "$(dirname "$0")/_beukman2026_common.sh"
+KEEP=()
 if [[ "$SCALE" == laptop ]]; then
   jax2d_grid COMS U C_LOW C_STAR C_HIGH
   GRID=,$(tr , '\n' <<< "$COMS" | xargs printf '%g,')
@@ -42,6 +44,7 @@ if [[ "$SCALE" == laptop ]]; then
     [[ "$GRID" == *",${!name},"* ]] || die "$name=${!name} is not in COMS=$COMS: the rules compare runs of the grid"
   done
   TOTAL=$(steps_of "$U")
+  KEEP=(--keep-checkpoints $((U / 2)))  # the state at U/2: Fig. 3a's phase 1 (its switched runs start there)
 fi
 TOTAL=${TOTAL:-100000000}
 COMS=${COMS:-1,2,4,8,16,32,64}
@@ -49,7 +52,7 @@ positive_int TOTAL "$TOTAL"
 [[ "$COMS" =~ ^[0-9.]+(,[0-9.]+)+$ ]] || die "COMS=$COMS: must be two or more comma-separated centers of mass, e.g. 1,4,16"
 one_update_fits TOTAL "$TOTAL" "$(flag_value num-envs 2048)"
 not_in_flags ewma-com total-timesteps
-launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timesteps "$TOTAL"
+launch --job-name beukman2026_fig5a --sweep "ewma-com=$COMS" -- --total-timesteps "$TOTAL" "${KEEP[@]}"
 aggregate curves --band "$BAND" --metric charts/solve_rate --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --ylabel "solve rate" --title "B26 Fig. 5a: PPO-EWMA, changing the COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig5a"

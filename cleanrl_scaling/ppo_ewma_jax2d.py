@@ -149,6 +149,8 @@ class Args(ScalingArgs, RunArgs):
     """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
     init_from: Optional[str] = None
     """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a)"""
+    keep_checkpoints: tuple[int, ...] = ()
+    """also keep the state at these iterations as checkpoints/iteration_<N>.ckpt (Fig. 3a reloads Fig. 5a's runs at U/2)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -742,6 +744,8 @@ def validate(args) -> dict:
     check(args.eval_attempts is None or args.eval_attempts >= 1, f"--eval-attempts must be >= 1 (got {args.eval_attempts})")
     check(args.updates_per_chunk >= 1, f"--updates-per-chunk must be >= 1 (got {args.updates_per_chunk})")
     check(args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 (got {args.checkpoint_every})")
+    check(all(k >= 1 for k in args.keep_checkpoints), f"--keep-checkpoints must be iterations >= 1 (got "
+          f"{' '.join(map(str, args.keep_checkpoints))})")
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
@@ -780,6 +784,9 @@ def read_args() -> tuple:
         check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
+        last = args.total_timesteps // scaling["batch_size"]
+        check(all(k <= last for k in args.keep_checkpoints), f"--keep-checkpoints "
+              f"{max(args.keep_checkpoints, default=0)}: the run ends at iteration {last}; keep iterations up to it")
         check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
@@ -816,6 +823,7 @@ def next_stop(iteration: int, args) -> int:
     for every in (args.eval_every, args.diagnostics_every, args.checkpoint_every):
         if every:
             stops.append((iteration // every + 1) * every)
+    stops += [k for k in args.keep_checkpoints if k > iteration]
     return min(stops)
 
 
@@ -859,9 +867,10 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int):
     return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration if args.resume else 0)
 
 
-def save_run_checkpoint(run_dir: str, args, iteration: int, wall_time: float, runner: RunnerState) -> None:
-    """latest.ckpt: the whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves."""
-    save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+def save_run_checkpoint(run_dir: str, args, iteration: int, wall_time: float, runner: RunnerState,
+                        name: str = "latest.ckpt") -> None:
+    """The whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves."""
+    save_checkpoint(os.path.join(run_dir, "checkpoints", name), {
         "script": SCRIPT, "signature": signature(args), "iteration": iteration,
         "global_step": iteration * args.batch_size, "wall_time": wall_time, "run_dir": run_dir,
         "args": dataclasses.asdict(args), "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
@@ -992,6 +1001,8 @@ def main():
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
             save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner)
+        if iteration in args.keep_checkpoints:  # kept beside latest.ckpt: another run can start from this state
+            save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner, f"iteration_{iteration}.ckpt")
         logger.flush()
         if status == "interrupted":
             break

@@ -648,3 +648,38 @@ def test_b26_jax2d_fig3a_laptop_reloads_only_the_switched_runs(tmp_path):
     assert [(r["exp_name"], r["ewma_com"], r["total_timesteps"]) for r in reloads] == [
         ("com4_to_64", "64", str(64 * 128 * 200))]
     assert reloads[0]["runs_dir"] == str(runs / "reloaded") and reloads[0]["task_seed"] == "31"
+
+
+def test_b26_jax2d_fig3a_laptop_starts_from_the_states_fig5a_kept(tmp_path):
+    """Fig. 5a at SCALE=laptop keeps each run's state at update U/2; Fig. 3a then runs no phase 1 and reloads those
+    states (the switched COM only). With one state missing, phase 1 runs and the kept state is still preferred for
+    its COM and seed. A kept state of another budget does not count."""
+    where = dict(PLACEMENT=placement(tmp_path), SEEDS="1")
+    _, fig5a = laptop_runs("beukman2026_fig5a", tmp_path, **where)
+    assert {r["keep_checkpoints"] for r in fig5a} == {"100"}  # U = 200
+    fig5a_dir, total = tmp_path / "fig5a", str(64 * 128 * 200)
+
+    def fig5a_run(com, budget=total, stamp=100):
+        run = fig5a_dir / f"Jax2D-Locomotion-l__ppo_ewma_jax2d__1__{stamp}"
+        write_finished(run, {"script": "ppo_ewma_jax2d", "args": {"exp_name": "ppo_ewma_jax2d", "ewma_com": com,
+                                                                  "seed": 1, "total_timesteps": int(budget),
+                                                                  "init_from": None}}, status="interrupted")
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "iteration_100.ckpt").write_bytes(b"x")
+        return str(run / "checkpoints" / "iteration_100.ckpt")
+
+    low = fig5a_run(4.0)
+    fig5a_run(64.0, budget=64 * 128 * 300, stamp=101)  # another U: its state at 100 is not half of this budget
+    env = dict(SCALE="laptop", RUNS_DIR=tmp_path / "runs", FIG5A_DIR=fig5a_dir, **where)
+    out = dry_run("beukman2026_fig3a", **env)
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert sorted((r["exp_name"], r["ewma_com"]) for r in runs if "init_from" not in r) == [("com4", "4"),
+                                                                                          ("com64", "64")]
+    assert [(r["exp_name"], r["init_from"]) for r in runs if "init_from" in r] == [("com4_to_64", low)]
+    star = fig5a_run(64.0, stamp=102)
+    out = dry_run("beukman2026_fig3a", **env)
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert "# phase 1: not run" in out.stdout and all("init_from" in r for r in runs)
+    assert sorted((r["exp_name"], r["ewma_com"], r["init_from"], r["total_timesteps"], r["seed"]) for r in runs) == [
+        ("com4_to_64", "64", low, total, "1"), ("com64_to_4", "4", star, total, "1")]

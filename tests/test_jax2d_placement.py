@@ -6,9 +6,11 @@ import importlib.util
 import json
 import os
 import pathlib
+import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -33,9 +35,11 @@ def logged(run_dir, name="metrics.jsonl"):
 def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
     """(a) A run of k updates logs exactly the first k updates' rows (losses, episodes, diagnostics, evaluations) of
     the run of 2k updates with the same flags; (b) --init-from the k-update run's final checkpoint with the same COM
-    continues to exactly the 2k-update run's rows k+1..2k. Evaluation and diagnostics every 4 updates, so both
-    happen inside each half and at its end; k = 16 updates of 16 steps, so that episodes (256 steps at most) end in
-    each half. Measured: 626 s (214 CPU-s) on 2 cores at load 6, with the compiled programs cached."""
+    continues to exactly the 2k-update run's rows k+1..2k; (c) the state the 2k-update run kept at update k
+    (--keep-checkpoints k, Fig. 3a's phase 1 at SCALE=laptop) is the k-update run's final state, leaf for leaf.
+    Evaluation and diagnostics every 4 updates, so both happen inside each half and at its end; k = 16 updates of 16
+    steps, so that episodes (256 steps at most) end in each half. Measured: 626 s (214 CPU-s) on 2 cores at load 6,
+    270 s (259 CPU-s) at load 3, with the compiled programs cached."""
     import test_ppo_ewma_jax2d as t  # the tiny configuration, its XLA flags and its shared compiled programs
     m = t.m
     k = 16
@@ -44,7 +48,7 @@ def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
     try:
         short, long_, reload = (str(tmp_path / name) for name in ("short", "long", "reload"))
         assert t.run_main(t.tiny(k, **every) + ["--runs-dir", short]) == 0
-        assert t.run_main(t.tiny(2 * k, **every) + ["--runs-dir", long_]) == 0
+        assert t.run_main(t.tiny(2 * k, **every) + ["--runs-dir", long_, "--keep-checkpoints", str(k)]) == 0
         ckpt = os.path.join(t.run_dir_of(short), "checkpoints", "latest.ckpt")
         assert t.run_main(t.tiny(2 * k, **every) + ["--init-from", ckpt, "--runs-dir", reload]) == 0
     finally:
@@ -59,6 +63,16 @@ def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
         assert first and second
         assert logged(short, name) == first, name  # (a) the prefix
         assert logged(reload, name) == second, name  # (b) the reload with its own COM
+    kept, final = (load_state(os.path.join(d, "checkpoints", f)) for d, f in ((long_, f"iteration_{k}.ckpt"),
+                                                                             (short, "latest.ckpt")))
+    assert kept["iteration"] == final["iteration"] == k and len(kept["runner"]) == len(final["runner"]) > 10
+    for a, b in zip(kept["runner"], final["runner"]):  # (c) weights, Adam, theta_prox, key, env states
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def load_state(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -501,6 +501,8 @@ def test_train_chunk_compiles_once_on_four_devices():
     (tiny(1) + ["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
     (["--clip-coef", "-0.1"], "--clip-coef"),
     (["--eval-attempts", "0"], "--eval-attempts must be >= 1"),
+    (["--keep-checkpoints", "4", "0"], "--keep-checkpoints must be iterations >= 1 (got 4 0)"),
+    (tiny(6) + ["--keep-checkpoints", "7"], "--keep-checkpoints 7: the run ends at iteration 6"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2
