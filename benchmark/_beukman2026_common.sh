@@ -2,7 +2,8 @@
 # sfl_kinetix_jax.py): the launcher call and the aggregation call they share. A figure script = its grid
 # (launch ...) + the figure (aggregate ...). A figure script may set SCRIPT (the training script, default
 # ppo_ewma_jax2d.py) before sourcing this file.
-# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2 3 4 5"), PYTHON (python),
+# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), CORES (all: the cores the workers share, the first
+# CORES usable ones), SEEDS ("1 2 3 4 5"), PYTHON (python),
 # FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (auto: the band of
 # the figures that use it; minmax, std, none), DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a
 # Slurm array and draws nothing, with the knobs of _slurm_common.sh (SLURM_PARTITION, SLURM_GPUS, SLURM_CPUS,
@@ -29,6 +30,7 @@ read -r -a FLAGS <<< "${FLAGS:-}"
 SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_ewma_jax2d.py}
 EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
 EXTRA+=("${SLURM_ARGS[@]}")
+[[ -n "${CORES:-}" ]] && EXTRA+=(--cores "$CORES")  # e.g. CORES=1: one pinned core, the other left to other work
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-64}
 slurm_count CHECKPOINT_EVERY "$CHECKPOINT_EVERY"
 [[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)  # a run stopped before finishing continues from its checkpoint

@@ -555,6 +555,8 @@ def test_b26_jax2d_pilot_grid_and_refusals(tmp_path):
     arms = [(r.get("ewma_com", "0"), r.get("clip_coef", "0.2")) for r in runs]  # unset: the script's defaults
     assert sorted(arms) == sorted([(c, "0.2") for c in ("4", "16", "64", "256", "1024")] + [("0", "0.2"), ("0", "0.8")])
     assert "0 resumed from checkpoints" in out.stdout
+    one_core = dry_run("beukman2026_jax2d_pilot", SCALE="laptop", RUNS_DIR=tmp_path / "p", CORES="1")
+    assert "1 worker(s), 1 core(s) and OMP_NUM_THREADS=1 per run" in one_core.stdout, one_core.stdout
     no_ppo = [parse_flags(c) for c in commands(dry_run("beukman2026_jax2d_pilot", SCALE="laptop", EPSILONS="",
                                                        RUNS_DIR=tmp_path / "q").stdout)]
     assert len(no_ppo) == 5 and all("clip_coef" not in r for r in no_ppo)
