@@ -52,7 +52,7 @@ not_in_flags ewma-com exp-name init-from resume seed total-timesteps
 # Fig. 5a's run at that COM and seed kept at update U/2 (--keep-checkpoints; a prefix of a run is bit for bit the
 # shorter run, tests/test_jax2d_placement.py), else the final checkpoint of a *finished* phase-1 run
 start_states() {
-  "$PYTHON" - "$RUNS_DIR" "${KEPT_DIR:-}" "${KEPT_ITERATION:-0}" "${KEPT_TOTAL:-0}" "${SEEDS[*]}" "${COMS[@]}" <<'PY'
+  "$PYTHON" - "$RUNS_DIR" "$KEPT_DIR" "$KEPT_ITERATION" "$KEPT_TOTAL" "${SEEDS[*]}" "${COMS[@]}" <<'PY'
 import os, sys
 from cleanrl_scaling.utils.rundirs import read_json, run_status
 root, kept_dir, kept_it, kept_total, seeds, coms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \
@@ -77,10 +77,12 @@ for (com, seed), (source, ckpt) in sorted(found.items()):
         print(com, seed, source, ckpt)
 PY
 }
-KEPT_DIR=; KEPT_ITERATION=0; KEPT_TOTAL=0
-[[ "$SCALE" == laptop ]] && { KEPT_DIR=$FIG5A_DIR; KEPT_ITERATION=$((U / 2)); KEPT_TOTAL=$TOTAL2; }
-mapfile -t STARTS < <(start_states)
-KEPT=$(printf "%s\n" "${STARTS[@]}" | grep -c "^[^ ]* [^ ]* kept " || true)
+KEPT_DIR=; KEPT_ITERATION=0; KEPT_TOTAL=0; KEPT=0
+if [[ "$SCALE" == laptop ]]; then
+  KEPT_DIR=$FIG5A_DIR; KEPT_ITERATION=$((U / 2)); KEPT_TOTAL=$TOTAL2
+  mapfile -t STARTS < <(start_states)
+  KEPT=$(printf "%s\n" "${STARTS[@]}" | grep -c "^[^ ]* [^ ]* kept " || true)
+fi
 if [[ "$SCALE" == laptop ]] && (( KEPT == ${#COMS[@]} * ${#SEEDS[@]} )); then
   echo "# phase 1: not run; every COM and seed starts from the state its Fig. 5a run kept at update $((U / 2)) ($FIG5A_DIR)"
 else

@@ -781,10 +781,10 @@ def read_args() -> tuple:
         scaling = validate(args)
         source, flag = (args.resume, "--resume") if args.resume else (args.init_from, "--init-from")
         ckpt = load_checkpoint(source, SCRIPT, signature(args), flag) if source else None
-        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+        last = args.total_timesteps // scaling["batch_size"]  # the run's final iteration
+        check(not ckpt or ckpt["iteration"] < last,
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
-        last = args.total_timesteps // scaling["batch_size"]
         check(all(k <= last for k in args.keep_checkpoints), f"--keep-checkpoints "
               f"{max(args.keep_checkpoints, default=0)}: the run ends at iteration {last}; keep iterations up to it")
         check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")

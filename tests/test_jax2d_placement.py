@@ -6,7 +6,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import pickle
 import subprocess
 import sys
 
@@ -63,17 +62,11 @@ def test_prefix_and_same_com_reload_are_bit_exact(tmp_path):
         assert first and second
         assert logged(short, name) == first, name  # (a) the prefix
         assert logged(reload, name) == second, name  # (b) the reload with its own COM
-    kept, final = (load_state(os.path.join(d, "checkpoints", f)) for d, f in ((long_, f"iteration_{k}.ckpt"),
-                                                                             (short, "latest.ckpt")))
+    kept, final = (m.load_checkpoint(os.path.join(d, "checkpoints", f), m.SCRIPT, {}, "--init-from")
+                   for d, f in ((long_, f"iteration_{k}.ckpt"), (short, "latest.ckpt")))  # as --init-from reads them
     assert kept["iteration"] == final["iteration"] == k and len(kept["runner"]) == len(final["runner"]) > 10
     for a, b in zip(kept["runner"], final["runner"]):  # (c) weights, Adam, theta_prox, key, env states
         assert a.dtype == b.dtype and np.array_equal(a, b)
-
-
-def load_state(path):
-    with open(path, "rb") as f:
-        return pickle.load(f)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # The placement rule on synthetic pilots: ten 20-update windows per run, 20 episodes per update, so a window's
