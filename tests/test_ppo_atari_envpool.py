@@ -277,6 +277,58 @@ def test_compiled_loss_gives_the_eager_gradient():
     assert torch.allclose(eager_stats, compiled_stats, rtol=1e-4, atol=1e-6)
 
 
+def cleanrl_style_update(agent, optimizer, batch, args, mb_size, perms):
+    """CleanRL's update loop written out on its own (eager, PyTorch's default layout, Categorical, for-loop Adam),
+    over the given minibatch permutations: the reference for the test below."""
+    obs, actions, logprobs, advantages, returns, values, _ = batch
+    for perm in perms:
+        for start in range(0, len(perm), mb_size):
+            mb = perm[start:start + mb_size]
+            logits, newvalue = agent(obs[mb])
+            dist = torch.distributions.Categorical(logits=logits)
+            ratio = (dist.log_prob(actions[mb]) - logprobs[mb]).exp()
+            adv = advantages[mb]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            v_clipped = values[mb] + torch.clamp(newvalue - values[mb], -args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * torch.max((newvalue - returns[mb]) ** 2, (v_clipped - returns[mb]) ** 2).mean()
+            loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+
+
+def test_one_update_is_cleanrls_update_whatever_the_layout_compiler_and_adam():
+    """Issue 44: the default mode computes differently from CleanRL (compiled loss, channels-last, fused Adam, loss
+    chunks). With CleanRL's episode semantics (all samples valid) and the same minibatches, one whole update (4 epochs
+    x 4 minibatches, CleanRL's defaults) lands on CleanRL's weights up to float rounding."""
+    torch.manual_seed(0)
+    args = m.Args(learning_rate=1e-3)  # CleanRL's defaults otherwise; lr x4 so that the 16 steps move the weights far
+    reference, ours = m.Agent(4), m.Agent(4, channels_last=True)
+    ours.load_state_dict(reference.state_dict())
+    ours = ours.to(memory_format=torch.channels_last)
+    start = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
+    batch = tiny_batch(64, seed=1)
+    batch = batch[:2] + (batch[2] + 0.05 * batch[3],) + batch[3:]  # behaviour log-probs that differ per sample
+    mb_size = 64 // args.num_minibatches
+    torch.manual_seed(7)
+    perms = [torch.randperm(64) for _ in range(args.update_epochs)]  # the draws update() makes after manual_seed(7)
+    cleanrl_style_update(reference, torch.optim.Adam(reference.parameters(), lr=args.learning_rate, eps=1e-5,
+                                                     foreach=False), batch, args, mb_size, perms)
+    torch.manual_seed(7)
+    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
+    optimizer = torch.optim.Adam(ours.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # as build_agent
+    _, _, steps = m.update(ours, optimizer, batch, dataclasses.replace(args, update_chunk_size=10), mb_size,
+                           no_autocast, 1, loss_fn=m.maybe_compile(m.ppo_loss, True))
+    assert steps == 16
+    want = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
+    got = torch.cat([p.detach().reshape(-1) for p in ours.parameters()])
+    moved = (want - start).abs()
+    assert moved.max() > 1e-2  # 16 Adam steps of 1e-3 moved the weights
+    assert (got - want).abs().max() < 1e-3 * moved.max()
+
+
 def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
     """Inductor needs a C++ compiler; without one, one warning line and the eager loss (same numbers)."""
     calls = []
