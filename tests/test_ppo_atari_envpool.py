@@ -202,6 +202,11 @@ def test_gumbel_max_sampling_matches_softmax():
     assert torch.allclose(logp, torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4]))[actions], atol=1e-6)
 
 
+def no_autocast():
+    """fp32 throughout: the autocast context update() and the probe take, switched off."""
+    return torch.autocast("cpu", enabled=False)
+
+
 def tiny_batch(n, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g), torch.randint(0, 4, (n,), generator=g),
@@ -211,7 +216,7 @@ def tiny_batch(n, seed=0):
 
 def gradient(agent, batch, idx, args):
     agent.zero_grad(set_to_none=True)
-    stats = m.minibatch_gradient(agent, batch, idx, args, lambda: torch.autocast("cpu", enabled=False))
+    stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast)
     return torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats
 
 
@@ -237,7 +242,7 @@ def test_update_logs_cleanrls_loss_statistics():
         loss, stats = m.ppo_loss(*a)
         seen.append(stats.clone())
         return loss, stats
-    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, lambda: torch.autocast("cpu", enabled=False),
+    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, no_autocast,
                                1, loss_fn=recording_loss)
     seen = torch.stack(seen)
     assert steps == len(seen) == 8
@@ -265,7 +270,6 @@ def test_compiled_loss_gives_the_eager_gradient():
     batch = tiny_batch(16)
     batch[6][[3, 9]] = 0.0
     idx = torch.randperm(16)
-    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
     grads = []
     for loss_fn in (m.ppo_loss, m.maybe_compile(m.ppo_loss, True)):
         agent.zero_grad(set_to_none=True)
@@ -308,7 +312,7 @@ def test_one_update_is_cleanrls_update_whatever_the_layout_compiler_and_adam():
     reference, ours = m.Agent(4), m.Agent(4, channels_last=True)
     ours.load_state_dict(reference.state_dict())
     ours = ours.to(memory_format=torch.channels_last)
-    start = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
+    start = m.flat_numpy(reference.parameters())
     batch = tiny_batch(64, seed=1)
     batch = batch[:2] + (batch[2] + 0.05 * batch[3],) + batch[3:]  # behaviour log-probs that differ per sample
     mb_size = 64 // args.num_minibatches
@@ -317,16 +321,14 @@ def test_one_update_is_cleanrls_update_whatever_the_layout_compiler_and_adam():
     cleanrl_style_update(reference, torch.optim.Adam(reference.parameters(), lr=args.learning_rate, eps=1e-5,
                                                      foreach=False), batch, args, mb_size, perms)
     torch.manual_seed(7)
-    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
     optimizer = torch.optim.Adam(ours.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # as build_agent
     _, _, steps = m.update(ours, optimizer, batch, dataclasses.replace(args, update_chunk_size=10), mb_size,
                            no_autocast, 1, loss_fn=m.maybe_compile(m.ppo_loss, True))
     assert steps == 16
-    want = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
-    got = torch.cat([p.detach().reshape(-1) for p in ours.parameters()])
-    moved = (want - start).abs()
+    want, got = m.flat_numpy(reference.parameters()), m.flat_numpy(ours.parameters())
+    moved = np.abs(want - start)
     assert moved.max() > 1e-2  # 16 Adam steps of 1e-3 moved the weights
-    assert (got - want).abs().max() < 1e-3 * moved.max()
+    assert np.abs(got - want).max() < 1e-3 * moved.max()
 
 
 def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
@@ -779,7 +781,7 @@ def test_chunked_representation_gives_the_full_batch_diagnostics():
     torch.manual_seed(0)
     agent = m.Agent(4)
     obs = torch.randint(0, 255, (7, 4, 84, 84), dtype=torch.uint8)
-    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), lambda: torch.autocast("cpu", enabled=False),
+    probe = m.DiagnosticProbe(agent, obs, torch.zeros(7, dtype=torch.long), no_autocast,
                               3, num_policies=9)
     (features, magnitudes), = probe.representation(agent).values()
     with torch.no_grad():  # independent route: the Nature CNN layer by layer, keeping every post-ReLU output
@@ -810,7 +812,6 @@ def test_kl_profile_memory_is_capped_at_large_j(monkeypatch, script):
     num_states, J, kept = 64, 1000, 16
     agent, obs, actions = TinyPolicy(), torch.randn(num_states, 3), torch.zeros(num_states, dtype=torch.long)
     budget = 8 * 6 * (J + 1) * kept  # room for 16 of the 64 states' float64 log-probs of J + 1 policies
-    no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
     monkeypatch.setattr(m, "PROFILE_BYTES", budget)
     capped = m.DiagnosticProbe(agent, obs, actions, no_autocast, 0, J + 1)
     monkeypatch.setattr(m, "PROFILE_BYTES", 1 << 40)
