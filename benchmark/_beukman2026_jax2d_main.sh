@@ -4,13 +4,15 @@
 #     inner loop (32 minibatches x 8 epochs) and Table 2's other values (the script's defaults), evaluation every 20
 #     updates with 20 sampled episodes per task (320 episodes), diagnostics every 10 updates, seeds 1 2 3;
 #   - the grid from the pilot's placement (benchmark/beukman2026_jax2d_pilot.sh, then
-#     benchmark/beukman2026_jax2d_placement.py): PLACEMENT (runs/figures/beukman2026_jax2d_placement.json) gives
-#     C_LOW, C_STAR, C_HIGH, COMS, U (updates per run) and FIG5B; each of them set in the environment wins.
+#     benchmark/beukman2026_jax2d_placement.py): PLACEMENT (docs/reproducing/img/beukman2026_jax2d_placement.json, the
+#     pilot our pages ran, 2026-11-26: COMs 16-4096, U = 200, no Fig. 5b; a pilot of your own writes
+#     runs/figures/beukman2026_jax2d_placement.json) gives C_LOW, C_STAR, C_HIGH, COMS, U (updates per run) and FIG5B;
+#     each of them set in the environment wins.
 # Environment: PLACEMENT, FIG5A_DIR (runs/beukman2026_fig5a: the Fig. 5a runs the other figures reuse), and those above.
 JAX2D_SETTING="--task-seed 31 --num-tasks 16 --num-steps 128 --num-minibatches 32 --update-epochs 8 --eval-every 20 \
 --eval-attempts 20 --diagnostics-every 10"  # without --num-envs: 64 in Figs. 5a/5b/3a, 16 in Fig. 7a's new arms
 SEEDS=${SEEDS:-1 2 3}; BAND=${BAND:-minmax}
-PLACEMENT=${PLACEMENT:-runs/figures/beukman2026_jax2d_placement.json}
+PLACEMENT=${PLACEMENT:-docs/reproducing/img/beukman2026_jax2d_placement.json}
 FIG5A_DIR=${FIG5A_DIR:-runs/beukman2026_fig5a}
 [[ -z "${TOTAL:-}" ]] || {
   echo "error: TOTAL=$TOTAL does not apply at SCALE=laptop: the budget is U updates (the placement's, or U=...)" >&2; exit 2; }
