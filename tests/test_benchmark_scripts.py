@@ -623,6 +623,28 @@ def test_b26_jax2d_main_runs_grids_from_the_placement(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith("# Fig. 5b skipped") and out.stdout.count("\n") == 1
 
 
+def test_b26_jax2d_main_runs_read_the_committed_pilot_placement_by_default(tmp_path):
+    """Without PLACEMENT the laptop scripts read the placement our pilot printed (committed before the main runs,
+    docs/reproducing/beukman2026_jax2d_design.md#pilot-results): COMs 16-4096, 200 updates, Fig. 7a at 256 and 1024,
+    Fig. 3a switching 16 and 1024, no Fig. 5b; its .md and .csv say the same."""
+    committed = json.loads((REPO / "docs/reproducing/img/beukman2026_jax2d_placement.json").read_text())
+    assert (committed["c_low"], committed["c_star"], committed["c_high"], committed["updates"]) == (16, 1024, 4096, 200)
+    _, fig5a = laptop_runs("beukman2026_fig5a", tmp_path)
+    assert sorted({float(r["ewma_com"]) for r in fig5a}) == committed["coms"] == [16, 64, 256, 1024, 4096]
+    assert len(fig5a) == 15 and {r["total_timesteps"] for r in fig5a} == {str(64 * 128 * 200)}
+    _, fig7 = laptop_runs("beukman2026_fig7", tmp_path)
+    assert {r["ewma_com"] for r in fig7} == {"256", "1024"}
+    _, fig3a = laptop_runs("beukman2026_fig3a", tmp_path)
+    assert {r["exp_name"] for r in fig3a} == {"com16", "com1024"}
+    out = dry_run("beukman2026_fig5b", SCALE="laptop", RUNS_DIR=tmp_path / "skip")
+    assert out.returncode == 0 and out.stdout.startswith("# Fig. 5b skipped")
+    table = (REPO / "docs/reproducing/img/beukman2026_jax2d_placement.md").read_text()
+    assert "main COM grid: 16, 64, 256, 1024, 4096" in table and "C* = 1024" in table
+    rows = {r["arm"]: r for r in csv.DictReader(open(REPO / "docs/reproducing/img/beukman2026_jax2d_placement.csv"))}
+    assert {a: r["class"] for a, r in rows.items() if r["class"] in ("C*", "plateaus")} == {
+        "COM 1024, ε 0.2": "C*", "COM 16, ε 0.2": "plateaus"}
+
+
 @pytest.mark.parametrize("script", ["beukman2026_fig5a", "beukman2026_fig5b", "beukman2026_fig7", "beukman2026_fig8",
                                     "beukman2026_fig3a"])
 def test_b26_jax2d_main_runs_refuse_without_a_placement(script, tmp_path):
