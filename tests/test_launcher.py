@@ -101,6 +101,7 @@ def test_runs_with_the_same_run_name_start_a_second_apart(tmp_path, capsys):
                         f"--out {tmp_path / 'b'}", "--workers", "2", "--runs-dir", str(tmp_path / "runs"),
                         "--log-dir", str(tmp_path / "logs")])
     assert rc == 0
+    # launched NAME_GAP = 2 s apart; their clocks, read after start-up, must still be a second apart
     assert abs(float((tmp_path / "a").read_text()) - float((tmp_path / "b").read_text())) >= 1.0
 
 

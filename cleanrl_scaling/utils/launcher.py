@@ -11,6 +11,7 @@ Usage and the Slurm placeholders: docs/pipeline.md.
 """
 import argparse
 import itertools
+import math
 import os
 import re
 import shlex
@@ -178,6 +179,12 @@ def run_env(num_threads: int) -> dict:
     return env
 
 
+# two runs whose names differ only by the second they read are launched this far apart: the name's one-second
+# resolution plus start-up jitter (two processes launched 1.05 s apart read their clocks 0.94 s apart on a loaded
+# 2-core machine)
+NAME_GAP = 2.0
+
+
 def run_name_key(job: Job, script_stem: str) -> tuple:
     """What a run's directory name is made of besides the time: env_id, exp_name, seed (SPEC §4)."""
     return job.flags.get("env_id"), job.flags.get("exp_name", script_stem), job.flags.get("seed")
@@ -199,7 +206,7 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
                 if slot in running or not pending:
                     continue
                 now = time.time()
-                free = [j for j in pending if now - started.get(run_name_key(j, script_stem), -2.0) > 1.05]
+                free = [j for j in pending if now - started.get(run_name_key(j, script_stem), -math.inf) > NAME_GAP]
                 if not free:
                     break
                 job = free[0]
