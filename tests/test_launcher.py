@@ -94,7 +94,8 @@ def test_all_runs_succeed_exit_zero_and_share_the_cores(fake_script, tmp_path, c
 
 
 def test_runs_with_the_same_run_name_start_a_second_apart(tmp_path, capsys):
-    """Same env_id, exp_name and seed, other flags: the run directory names would collide within one second."""
+    """Same env_id, exp_name and seed, other flags: started in one second, their run directory names would differ
+    only by the scripts' "-2" suffix; the launcher keeps their time stamps apart instead."""
     script = tmp_path / "stamp.py"
     script.write_text("import sys, time\nopen(sys.argv[sys.argv.index('--out') + 1], 'w').write(repr(time.time()))\n")
     rc = launcher.main([str(script), "--seeds", "1", "--flag-set", f"--out {tmp_path / 'a'}", "--flag-set",
