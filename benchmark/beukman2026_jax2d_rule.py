@@ -3,7 +3,8 @@ subcommand per figure, judged from finished run directories; each prints every s
 
     python benchmark/beukman2026_jax2d_rule.py fig5a RUNS_DIR... --low C_LOW --star C_STAR --high C_HIGH [--out PREFIX]
     (fig1a, fig5b the same; fig2c, fig2b: --low --star; fig7a: --weak --strong; fig8: --updates U; fig3a:
-     --switched DIR --low --star; grid PLACEMENT NAME...: the placement's values as shell assignments)
+     --switched DIR --low --star; grid PLACEMENT NAME...: the placement's values as shell assignments;
+     table RUNS_DIR... [--out PREFIX]: every finished run's numbers, the tables of the reproduction pages)
 
 Per run (U = its last update; evaluations every 20 updates, the last at U):
 - final = mean evaluation solve rate (charts/solve_rate) of its last three evaluations (updates U-40, U-20, U);
@@ -34,6 +35,9 @@ needs --seeds (3) such seeds. Comparisons carry a 1e-9 tolerance, so a hand-comp
 - Fig. 3a: with the seed means of final, raising (com{C_low}_to_{C*}) holds if it ends closer to C*'s reference (the
   Fig. 5a run at C*) than to C_low's; lowering (com{C*}_to_{C_low}) if closer to C_low's than to C*'s. not shown if
   the two references end within 0.05 of each other (|difference| < 0.05); else yes = both, partly = one, no = neither.
+- table (no verdict): per finished run, its N, COM, clip, reload source (exp_name of a reloaded run), seed, updates,
+  the pooled training windows, final, mid, late gain, learned, the median KL to the behaviour policy and the mean DDR
+  over the second half (updates > U/2), sorted by N, exp_name, COM, seed.
 Writes PREFIX.md (the table, the tests and the verdict) and PREFIX.csv (one row per arm and seed, and the seed
 means; the verdict in every row) when --out is given.
 """
@@ -373,6 +377,24 @@ def cmd_fig3a(args):
     return rows, tests, verdict
 
 
+def cmd_table(args):
+    """Every finished run's numbers (the pages' per-seed tables regenerate from the committed runs)."""
+    rows = []
+    for run in load(args.runs):
+        n, u = numbers(run), last_update(run)
+        dx, dy = by_iteration(run, DDR)
+        late = dy[dx > u / 2]
+        rows.append({"N": int(run.value("num_envs")), "run": str(run.value("exp_name")), "COM": g(float(run.value("ewma_com"))),
+                     "clip": g(float(run.value("clip_coef"))), "seed": int(run.value("seed")), "updates": u,
+                     "windows": " ".join(f"{w:.3f}" for w in windows(run)), "final": n["final"], "mid": n["mid"],
+                     "late gain": n["late gain"], "learned": n["learned"], "KL 2nd half": median_after(run, KL, True),
+                     "DDR 2nd half": int(round(float(np.mean(late)))) if len(late) else math.nan})
+    if not rows:
+        raise RuleError(f"no finished runs under {', '.join(args.runs)}")
+    rows.sort(key=lambda r: (r["N"], r["run"], float(r["COM"]), r["seed"]))
+    return rows, [], None
+
+
 def cmd_grid(args) -> None:
     """The placement's values as shell assignments (the figure scripts eval them; an explicit value wins there)."""
     try:
@@ -402,7 +424,7 @@ def report(title: str, rows: list, tests: list, verdict: str, out: str) -> None:
     lines = [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     lines += [""] + [f"- {name}: {detail}: **{'holds' if ok else 'fails'}**" for name, detail, ok in tests]
-    lines += ["", f"**Verdict: {verdict}**", ""]
+    lines += ["", f"**Verdict: {verdict}**", ""] if verdict is not None else []  # a table has none
     text = "\n".join(lines)
     print(text)
     if out:
@@ -410,16 +432,16 @@ def report(title: str, rows: list, tests: list, verdict: str, out: str) -> None:
         with open(out + ".md", "w") as f:
             f.write(text)
         with open(out + ".csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols + ["verdict"])
+            w = csv.DictWriter(f, fieldnames=cols + (["verdict"] if verdict is not None else []))
             w.writeheader()
-            w.writerows({**r, "verdict": verdict} for r in rows)
+            w.writerows({**r, "verdict": verdict} if verdict is not None else r for r in rows)
 
 
 TITLES = {"fig5a": "B26 Fig. 5a (Jax2D, laptop): the COM grid", "fig1a": "B26 Fig. 1a (Jax2D, laptop): three COMs",
           "fig5b": "B26 Fig. 5b (Jax2D, laptop): PPO's epsilon", "fig2c": "B26 Fig. 2c: median KL to the behaviour "
           "policy, second half", "fig2b": "B26 Fig. 2b: median gradient norm", "fig7a": "B26 Fig. 7a: envs x COM, "
           "at equal updates", "fig8": "B26 Fig. 8: the best run's DDR per budget", "fig3a": "B26 Fig. 3a: reloaded "
-          "with another COM"}
+          "with another COM", "table": "B26 Jax2D runs: per-run numbers"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -450,6 +472,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("fig8", parents=[common])
     s.add_argument("--updates", type=int, required=True, help="U: the budgets are U/4, U/2 and U updates")
     s.add_argument("--figure", default="", help="also draw the scatter: PREFIX.png, .pdf, .csv")
+    sub.add_parser("table", parents=[common])
     s = sub.add_parser("grid")
     s.add_argument("placement", help="the placement JSON of the pilot")
     s.add_argument("names", nargs="+", help="C_LOW C_STAR C_HIGH COMS U FIG5B")
@@ -467,7 +490,8 @@ def main(argv=None) -> int:
         result = {"fig5a": lambda: cmd_step_size(args, "fig5a"), "fig1a": lambda: cmd_step_size(args, "fig1a"),
                   "fig5b": lambda: cmd_step_size(args, "fig5b"), "fig2c": lambda: cmd_fig2(args, KL, True),
                   "fig2b": lambda: cmd_fig2(args, GRAD, False), "fig7a": lambda: cmd_fig7a(args),
-                  "fig8": lambda: cmd_fig8(args), "fig3a": lambda: cmd_fig3a(args)}[args.command]()
+                  "fig8": lambda: cmd_fig8(args), "fig3a": lambda: cmd_fig3a(args),
+                  "table": lambda: cmd_table(args)}[args.command]()
     except RuleError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -237,6 +237,31 @@ def fig3a_runs(root, raise_, lower, ref_low=0.1, ref_star=0.5):
         write_run(root / "5a", seed=seed, com=16.0, evals=finals(ref_star))
 
 
+def test_table_lists_every_finished_run_with_its_numbers(tmp_path, capsys):
+    """The pages' per-seed tables: one row per finished run, sorted by N, exp_name, COM, seed; KL = median over the
+    second half, DDR = mean over the second half (diagnostics every 10 updates: 110..200)."""
+    diag = {"diagnostics/kl_behavior": lambda it: it / 1000, "diagnostics/ddr": lambda it: float(it)}
+    write_run(tmp_path, seed=2, evals=RISING, com=64.0, diag=diag)
+    write_run(tmp_path, seed=1, evals=RISING, com=64.0, diag=diag)
+    write_run(tmp_path, seed=1, evals=RISING, com=4.0, envs=16)
+    write_run(tmp_path, seed=1, evals={120: 0.3, 140: 0.3, 160: 0.3, 180: 0.6, 200: 0.6}, com=4.0, first=101,
+              exp_name="com64_to_4", init_from="x/iteration_100.ckpt")
+    write_run(tmp_path, seed=3, evals=RISING, status="running")  # unfinished: left out
+    code, text, rows = judge(capsys, "table", tmp_path, "--out", tmp_path / "t")
+    assert code == 0 and "Verdict" not in text and "verdict" not in rows[0]
+    assert [(r["N"], r["run"], r["COM"], r["seed"]) for r in rows] == [
+        ("16", "ppo_ewma_jax2d", "4", "1"), ("64", "com64_to_4", "4", "1"), ("64", "ppo_ewma_jax2d", "64", "1"),
+        ("64", "ppo_ewma_jax2d", "64", "2")]
+    full = rows[2]
+    assert math.isclose(float(full["final"]), 0.9) and math.isclose(float(full["late gain"]), 0.4)
+    assert math.isclose(float(full["KL 2nd half"]), 0.155)  # median of 0.110, 0.120, ..., 0.200
+    assert full["DDR 2nd half"] == "155"  # mean of 110, 120, ..., 200
+    reload = rows[1]  # evaluations 120..200: mid = 120, 140, 160 (the nearest to U/2 = 100 is 120, moved inwards)
+    assert math.isclose(float(reload["final"]), 0.5) and math.isclose(float(reload["mid"]), 0.3)
+    assert reload["KL 2nd half"] == "nan" and reload["updates"] == "200"
+    assert rule.main(["table", str(tmp_path / "none")]) == 2
+
+
 @pytest.mark.parametrize("raise_, lower, ref_star, verdict", [
     (0.45, 0.15, 0.5, "yes"),  # 0.05 from C*'s reference (0.35 from C_low's); 0.05 from C_low's
     (0.2, 0.15, 0.5, "partly"),  # raising ends 0.1 from C_low's reference and 0.3 from C*'s
