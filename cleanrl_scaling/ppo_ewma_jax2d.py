@@ -148,7 +148,7 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
     init_from: Optional[str] = None
-    """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a)"""
+    """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a); with --resume, the run it started is continued from --resume's checkpoint"""
     keep_checkpoints: tuple[int, ...] = ()
     """also keep the state at these iterations as checkpoints/iteration_<N>.ckpt (Fig. 3a reloads Fig. 5a's runs at U/2)"""
 
@@ -749,7 +749,6 @@ def validate(args) -> dict:
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
-    check(not (args.resume and args.init_from), "--resume and --init-from exclude each other; pass only one")
     scaling = resolve_scaling(args)
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
@@ -779,6 +778,8 @@ def read_args() -> tuple:
     args = tyro.cli(Args)
     try:
         scaling = validate(args)
+        # --resume wins over --init-from: an interrupted reload continues from its own checkpoint (the launcher's
+        # --resume-unfinished appends --resume to the grid point's argv, which holds the --init-from it started from)
         source, flag = (args.resume, "--resume") if args.resume else (args.init_from, "--init-from")
         ckpt = load_checkpoint(source, SCRIPT, signature(args), flag) if source else None
         last = args.total_timesteps // scaling["batch_size"]  # the run's final iteration
@@ -813,7 +814,8 @@ def initial_runner(train: Train, args, ckpt) -> RunnerState:
         except UsageError as e:
             exit_usage(e)
         print(f"{'resuming' if args.resume else 'starting from'} {args.resume or args.init_from} at iteration "
-              f"{ckpt['iteration']}" + (f" with --ewma-com {args.ewma_com} --clip-coef {args.clip_coef}" if args.init_from else ""))
+              f"{ckpt['iteration']}" + (f" with --ewma-com {args.ewma_com} --clip-coef {args.clip_coef}"
+                                        if args.init_from and not args.resume else ""))
     return jax.device_put(runner, train.shardings(runner))
 
 
@@ -855,16 +857,26 @@ class ChunkClock:
         return with_warmup, with_warmup
 
 
+def started_at(run_dir: str, default: int) -> int:
+    """The iteration a resumed run first started from (0, or its --init-from checkpoint's), from its config.json."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return int(json.load(f).get("start_iteration", default))
+    except (OSError, ValueError, TypeError):
+        return default
+
+
 def open_run(args, scaling: dict, ckpt, start_iteration: int):
     """The run directory (--resume: the checkpoint's) with config.json, and its logger."""
     if args.resume:
         run_dir = ckpt["run_dir"]
+        start_iteration = started_at(run_dir, start_iteration)
     else:
         run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
               "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
-    return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, start_iteration if args.resume else 0)
+    return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if args.resume else 0)
 
 
 def save_run_checkpoint(run_dir: str, args, iteration: int, wall_time: float, runner: RunnerState,

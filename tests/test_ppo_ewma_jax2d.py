@@ -421,6 +421,27 @@ def test_reload_with_another_com(runs):
     assert reloaded["losses/policy_loss"] != first["losses/policy_loss"]
 
 
+def test_interrupted_reload_resumes_with_its_init_from_argv(runs, tmp_path, monkeypatch):
+    """The launcher's --resume-unfinished appends --resume to the grid point's argv, which for a reload (B26 Fig. 3a)
+    holds its --init-from: the run continues from its own checkpoint, in its directory, and keeps its reload point."""
+    source = os.path.join(runs["reload"], "checkpoints", "latest.ckpt")  # iteration 4
+    argv = tiny(8, ewma_com=8, clip_coef=0.3) + ["--init-from", source, "--runs-dir", str(tmp_path)]
+    stop_after_first_chunk = monkeypatch.context()
+    with stop_after_first_chunk as patch:
+        patch.setattr(m.RunLogger, "progress", lambda self, step, sps: os.kill(os.getpid(), signal.SIGTERM))
+        assert run_main(argv) == 128 + signal.SIGTERM
+    run_dir = run_dir_of(str(tmp_path))
+    ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    assert pickle.load(open(ckpt, "rb"))["iteration"] == 6
+    assert run_main(argv + ["--resume", ckpt]) == 0
+    assert os.listdir(tmp_path) == [os.path.basename(run_dir)]  # the same run, not a new one
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["init_from"] == source and config["start_iteration"] == 4 and config["argv"][-1] == ckpt
+    updates = [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r]
+    assert updates == [5, 6, 7, 8]
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "finished"
+
+
 def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch):
     """A real SIGTERM through the script's handler, delivered after the first chunk's log line."""
     def progress_then_sigterm(self, step, sps):
