@@ -137,9 +137,9 @@ def main() -> int:
     com = {f"com{a}": f"{a}" for a in (2, 32)}
     com.update({f"com{a}_to_{b}": f"{b} ({a})" for a in (2, 32) for b in (2, 32)})
     dashed = {label: {"ls": "--"} for key, label in com.items() if "_to_" in key}
-    for name, ylabel in (("beukman2026_fig3a", "solve rate"),
-                         ("beukman2026_fig3a_train", "solve rate, training episodes")):
-        curves(name, ("B26 Fig. 3a: reloaded with another COM" if name.endswith("3a") else
+    for name, ylabel in (("beukman2026_fig3a_658a311", "solve rate"),  # the grid of commit 658a311
+                         ("beukman2026_fig3a_658a311_train", "solve rate, training episodes")):
+        curves(name, ("B26 Fig. 3a: reloaded with another COM" if not name.endswith("_train") else
                       "B26 Fig. 3a from the training episodes") + " (mean and range over seeds)", ylabel, relabel=com,
                styles=dashed, legend_title="COM (starting COM)")
     curves("beukman2026_fig1a", "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus (mean and range over seeds)",
