@@ -384,8 +384,9 @@ def cmd_table(args):
         n, u = numbers(run), last_update(run)
         dx, dy = by_iteration(run, DDR)
         late = dy[dx > u / 2]
-        rows.append({"N": int(run.value("num_envs")), "run": str(run.value("exp_name")), "COM": g(float(run.value("ewma_com"))),
-                     "clip": g(float(run.value("clip_coef"))), "seed": int(run.value("seed")), "updates": u,
+        rows.append({"N": int(run.value("num_envs")), "run": str(run.value("exp_name")),
+                     "COM": g(float(run.value("ewma_com"))), "clip": g(float(run.value("clip_coef"))),
+                     "seed": int(run.value("seed")), "updates": u,
                      "windows": " ".join(f"{w:.3f}" for w in windows(run)), "final": n["final"], "mid": n["mid"],
                      "late gain": n["late gain"], "learned": n["learned"], "KL 2nd half": median_after(run, KL, True),
                      "DDR 2nd half": int(round(float(np.mean(late)))) if len(late) else math.nan})

@@ -148,7 +148,7 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
     init_from: Optional[str] = None
-    """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a); with --resume, the run it started is continued from --resume's checkpoint"""
+    """start a new run from a checkpoint's state, with this run's hyperparameters (e.g. another COM, B26 Fig. 3a)"""
     keep_checkpoints: tuple[int, ...] = ()
     """also keep the state at these iterations as checkpoints/iteration_<N>.ckpt (Fig. 3a reloads Fig. 5a's runs at U/2)"""
 

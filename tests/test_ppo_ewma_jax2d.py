@@ -426,8 +426,7 @@ def test_interrupted_reload_resumes_with_its_init_from_argv(runs, tmp_path, monk
     holds its --init-from: the run continues from its own checkpoint, in its directory, and keeps its reload point."""
     source = os.path.join(runs["reload"], "checkpoints", "latest.ckpt")  # iteration 4
     argv = tiny(8, ewma_com=8, clip_coef=0.3) + ["--init-from", source, "--runs-dir", str(tmp_path)]
-    stop_after_first_chunk = monkeypatch.context()
-    with stop_after_first_chunk as patch:
+    with monkeypatch.context() as patch:  # SIGTERM after the first chunk (iteration 6), then resumed unpatched
         patch.setattr(m.RunLogger, "progress", lambda self, step, sps: os.kill(os.getpid(), signal.SIGTERM))
         assert run_main(argv) == 128 + signal.SIGTERM
     run_dir = run_dir_of(str(tmp_path))
