@@ -142,8 +142,8 @@ def main() -> int:
         curves(name, ("B26 Fig. 3a: reloaded with another COM" if not name.endswith("_train") else
                       "B26 Fig. 3a from the training episodes") + " (mean and range over seeds)", ylabel, relabel=com,
                styles=dashed, legend_title="COM (starting COM)")
-    curves("beukman2026_fig1a", "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus (mean and range over seeds)",
-           "solve rate")
+    curves("beukman2026_fig1a_658a311", "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus (mean and range over seeds)",
+           "solve rate")  # the grid of commit 658a311
     for env_id in ("Ant-v4", "Humanoid-v4"):
         b26_mujoco(env_id)
     coverage_curve("Qbert-v5")
