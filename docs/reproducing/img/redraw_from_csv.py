@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-from cleanrl_scaling.utils import aggregate, coverage, plots
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))  # the repository root: run as a script, not as a module
+from cleanrl_scaling.utils import aggregate, coverage, plots  # noqa: E402
 RECIPES = ["none", "hybrid", "larger-minibatches", "more-minibatches", "sqrt-lr"]  # B26 Fig. 9's colour order
 OLD_T = "the committed band: a 95% t-CI of 3 seeds"
 
