@@ -13,6 +13,8 @@ One game per figure at laptop scale, so the score is the raw return (human norma
   **worse** when the interval lies below 0; otherwise **not separated** (with --lower-is-better: below, below,
   above);
 - the figure script's header says which arms carry the paper's claim and what verdict each outcome gives.
+--iterations LO HI replaces the last 10% of steps by the rows logged at iterations LO..HI (both included), the same
+window for every run: a post hoc comparison at equal updates (Figs. 3-4's page), not part of any pre-set rule.
 Prints every seed's final, the table in markdown (PREFIX.md) and CSV (PREFIX.csv) when --out is given.
 """
 import argparse
@@ -46,15 +48,31 @@ def parse_arm(text: str) -> tuple:
     return name.strip(), parse_config(config)
 
 
-def finals_of(runs: list, config: dict, metric: str) -> dict:
-    """seed -> final value of every finished run whose config matches (the other flags are the figure's own)."""
+def iteration_window_mean(run, metric: str, iterations: tuple) -> float:
+    """The mean of metric's values logged at iterations lo..hi (NaN when none): equal updates across runs."""
+    m = run.metrics
+    if metric not in m or "iteration" not in m:
+        return float("nan")
+    values = m.loc[m["iteration"].between(*iterations), metric].dropna()
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def finals_of(runs: list, config: dict, metric: str, iterations: tuple = None) -> dict:
+    """seed -> final value of every finished run whose config matches (the other flags are the figure's own); with
+    iterations, the mean over that iteration window instead."""
     members = [run for run in runs if all(run.value(k) == v for k, v in config.items())]
+    if iterations:
+        values = [iteration_window_mean(run, metric, iterations) for run in members]
+        window = f"iterations {iterations[0]}-{iterations[1]}"
+    else:
+        values = per_run_scores(members, metric, "final", FINAL_FRAC, None)
+        window = f"the last {FINAL_FRAC:.0%} of its steps"
     out = {}
-    for run, value in zip(members, per_run_scores(members, metric, "final", FINAL_FRAC, None)):
+    for run, value in zip(members, values):
         if np.isfinite(value):  # no value in the window: the run does not count (and the verdict waits)
             out[int(run.value("seed"))] = value
         else:
-            print(f"warning: {run.path}: no {metric} in the last {FINAL_FRAC:.0%} of its steps", file=sys.stderr)
+            print(f"warning: {run.path}: no {metric} in {window}", file=sys.stderr)
     return out
 
 
@@ -97,17 +115,21 @@ def main():
     p.add_argument("--arm", action="append", required=True, help="'NAME: KEY=INT ...' (repeat)")
     p.add_argument("--metric", default="charts/episodic_return")
     p.add_argument("--lower-is-better", action="store_true", help="the paper's direction for this metric is down")
+    p.add_argument("--iterations", type=int, nargs=2, metavar=("LO", "HI"),
+                   help="post hoc: judge the mean over iterations LO..HI (equal updates) instead of the last 10%%")
     p.add_argument("--seeds", type=int, default=3, help="seeds every side needs before a verdict (3)")
     p.add_argument("--out", help="write PREFIX.md and PREFIX.csv")
     args = p.parse_args()
     try:
         base_config, arms = parse_config(args.base), [parse_arm(a) for a in args.arm]
+        if args.iterations and not 0 < args.iterations[0] <= args.iterations[1]:
+            raise UsageError(f"--iterations {args.iterations[0]} {args.iterations[1]}: need 0 < LO <= HI")
         runs = load_runs(args.runs_dir, only_finished=True)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    base = finals_of(runs, base_config, args.metric)
-    finals = [(name, finals_of(runs, config, args.metric)) for name, config in arms]
+    base = finals_of(runs, base_config, args.metric, args.iterations)
+    finals = [(name, finals_of(runs, config, args.metric, args.iterations)) for name, config in arms]
     missing = [n for n, f in [(args.base_name, base)] + finals if len(f) < args.seeds]
     if missing:
         print(f"no verdict yet: fewer than {args.seeds} finished seeds for {', '.join(missing)}")

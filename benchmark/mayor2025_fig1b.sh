@@ -36,6 +36,8 @@ source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig1b "${SETTINGS[@]}" -- --total-timesteps "$TOTAL" --diagnostics-every 10
 [[ "$SCALE" == laptop ]] || figure fig1b "num_envs num_steps" "N={num_envs} T={num_steps}"
 [[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
+NETWORK=(diagnostics/feature_rank diagnostics/dormant_frac diagnostics/weight_norm diagnostics/grad_kurtosis
+         diagnostics/policy_variance diagnostics/ess_pct)  # Figs. 3-4
 KEEP=()  # laptop: only Fig. 1a's 8x128 runs join from FIG1A_DIR (its 32x32 and 128x8 have other T)
 [[ "$SCALE" == laptop ]] && KEEP=(--filter num_steps=128,512 --filter num_envs=8,32)
 "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" ${ROOTS[@]+"${ROOTS[@]}"} ${KEEP[@]+"${KEEP[@]}"} \
@@ -44,8 +46,7 @@ KEEP=()  # laptop: only Fig. 1a's 8x128 runs join from FIG1A_DIR (its 32x32 and 
   --title "M25 Fig. 1b: growing the batch through N or T" --out "$OUT_DIR/mayor2025_fig1b_curves"
 "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" ${ROOTS[@]+"${ROOTS[@]}"} ${KEEP[@]+"${KEEP[@]}"} \
   --only-finished --group-by num_envs num_steps \
-  --label "N={num_envs} T={num_steps}" --metric diagnostics/feature_rank diagnostics/dormant_frac \
-  diagnostics/weight_norm diagnostics/grad_kurtosis diagnostics/policy_variance diagnostics/ess_pct \
+  --label "N={num_envs} T={num_steps}" --metric "${NETWORK[@]}" \
   --title "M25 Figs. 3-4: network metrics against N and T" --out "$OUT_DIR/mayor2025_fig3_fig4"
 [[ "$SCALE" == laptop ]] || exit 0
 RULE=("$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" "$FIG1A_DIR")
@@ -54,9 +55,23 @@ RULE=("$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" "$FIG1A_DIR")
 "${RULE[@]}" --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" \
   --arm "32x128 (N x4): num_envs=32 num_steps=128" --arm "8x512 (T x4): num_envs=8 num_steps=512" \
   --out "$OUT_DIR/mayor2025_fig1b_rule_vs_base"
-for m in feature_rank ess_pct dormant_frac weight_norm grad_kurtosis policy_variance; do
-  DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
-  "${RULE[@]}" --metric "diagnostics/$m" ${DOWN[@]+"${DOWN[@]}"} --base-name "8x128 (base)" \
-    --base "num_envs=8 num_steps=128" --arm "32x128 (N x4): num_envs=32 num_steps=128" \
-    --out "$OUT_DIR/mayor2025_fig3_fig4_rule_$m"
-done
+network_tables() {  # network_tables NAME [rule flags]: each Figs. 3-4 metric in M25's direction, 32x128 (and any
+  # further --arm) against 8x128
+  local name=$1; shift
+  for m in feature_rank ess_pct dormant_frac weight_norm grad_kurtosis policy_variance; do
+    DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
+    "${RULE[@]}" --metric "diagnostics/$m" ${DOWN[@]+"${DOWN[@]}"} --base-name "8x128 (base)" \
+      --base "num_envs=8 num_steps=128" --arm "32x128 (N x4): num_envs=32 num_steps=128" "$@" \
+      --out "$OUT_DIR/mayor2025_fig3_fig4_${name}_$m"
+  done
+}
+network_tables rule
+# Post hoc, added after the runs (not part of the rule above): at equal samples the x4 arms make 4x fewer updates
+# than 8x128, so Figs. 3-4 are also drawn against updates and compared at equal updates, EQUAL_UPDATES (default
+# iterations 220-244: the x4 arms' last 10%, 8x128's first quarter).
+read -r -a WINDOW <<< "${EQUAL_UPDATES:-220 244}"
+"$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" "${ROOTS[@]}" "${KEEP[@]}" --only-finished \
+  --group-by num_envs num_steps --label "N={num_envs} T={num_steps}" --metric "${NETWORK[@]}" --x iteration \
+  --title "M25 Figs. 3-4 (post hoc): network metrics against updates" \
+  --out "$OUT_DIR/mayor2025_fig3_fig4_updates"
+network_tables equal_updates --iterations "${WINDOW[@]}" --arm "8x512 (T x4): num_envs=8 num_steps=512"

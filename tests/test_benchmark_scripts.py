@@ -473,10 +473,31 @@ def test_m25_fig1_rule_judges_a_diagnostic_where_lower_is_better(tmp_path):
     assert "no verdict yet" in missing.stdout and "no diagnostics/dormant_frac" in missing.stderr
 
 
+def test_m25_fig1_rule_iterations_judges_an_equal_updates_window(tmp_path):
+    """--iterations LO HI (post hoc, Figs. 3-4's page): the mean over the rows logged at iterations LO..HI replaces
+    the last 10% of steps, the same window for base and arm. Base rows 9, 9, 1, 1 and arm rows 0, 0, 5, 5 at
+    iterations 1-4 (+ seed / 100): the last 10% (iteration 4) says better, iterations 1-2 say worse."""
+    for n, values in ((8, [9, 9, 1, 1]), (32, [0, 0, 5, 5])):
+        for seed in (1, 2, 3):
+            rows = [{"global_step": 100 * i, "iteration": i, "diagnostics/feature_rank": v + seed / 100}
+                    for i, v in enumerate(values, 1)]
+            write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}}, rows)
+    cmd = ["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"), "--base", "num_envs=8",
+           "--arm", "4x N: num_envs=32", "--metric", "diagnostics/feature_rank"]
+    last = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert "| better |" in last.stdout and "| 4 |" in last.stdout, last.stdout  # D = 5 - 1 over the last 10%
+    early = subprocess.run(cmd + ["--iterations", "1", "2"], capture_output=True, text=True, timeout=120)
+    assert "| worse |" in early.stdout and "| -9 |" in early.stdout, early.stdout  # D = 0 - 9 at iterations 1-2
+    empty = subprocess.run(cmd + ["--iterations", "7", "9"], capture_output=True, text=True, timeout=120)
+    assert "no verdict yet" in empty.stdout and "no diagnostics/feature_rank in iterations 7-9" in empty.stderr
+    bad = subprocess.run(cmd + ["--iterations", "3", "2"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --iterations 3 2: need 0 < LO <= HI"]
+
+
 def fake_atari_run(root, seed: int, n: int, t: int, level: float, epochs: int = 4):
     """A finished KungFuMaster run of 1,000 steps: returns and every Figs. 3-4 diagnostic at `level` (+ seed / 10)."""
     metrics = ("feature_rank", "ess_pct", "dormant_frac", "weight_norm", "grad_kurtosis", "policy_variance")
-    rows = [{"global_step": s, "charts/episodic_return": level + seed / 10,
+    rows = [{"global_step": s, "iteration": s // 100, "charts/episodic_return": level + seed / 10,
              **{f"diagnostics/{m}": level + seed / 10 for m in metrics}} for s in range(100, 1001, 100)]
     write_finished(root / f"KungFuMaster-v5__ppo_atari_envpool__{seed}__{n}x{t}x{epochs}",
                    {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed, "num_envs": n,
@@ -500,7 +521,8 @@ def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
         fake_atari_run(tmp_path / "1b", seed, 8, 512, 2.0)
     draw = subprocess.run(["bash", str(REPO / "benchmark" / "mayor2025_fig1b.sh")], capture_output=True, text=True,
                           timeout=600, env=script_env(DRAW_ONLY=1, SCALE="laptop", RUNS_DIR=tmp_path / "1b",
-                                                      FIG1A_DIR=tmp_path / "1a", OUT_DIR=tmp_path / "fig"))
+                                                      FIG1A_DIR=tmp_path / "1a", OUT_DIR=tmp_path / "fig",
+                                                      EQUAL_UPDATES="2 4"))
     assert draw.returncode == 0, draw.stderr
     outcome = lambda name: {r["arm"]: r["outcome"] for r in csv.DictReader(open(tmp_path / "fig" / f"{name}.csv"))}  # noqa: E731
     assert outcome("mayor2025_fig1b_rule_n_vs_t") == {"8x512 (T x4)": "(base)", "32x128 (N x4)": "better"}
@@ -511,6 +533,10 @@ def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
     curves = open(tmp_path / "fig" / "mayor2025_fig1b_curves.csv").read()
     assert "N=8 T=128" in curves and "N=32 T=32" not in curves and "N=128 T=8" not in curves
     assert (tmp_path / "fig" / "mayor2025_fig3_fig4.png").exists()
+    # post hoc: against updates, and at equal updates (EQUAL_UPDATES iterations 2-4) with both x4 arms
+    assert "N=8 T=512" in open(tmp_path / "fig" / "mayor2025_fig3_fig4_updates.csv").read()
+    assert outcome("mayor2025_fig3_fig4_equal_updates_ess_pct") == {"8x128 (base)": "(base)",
+                                                                    "32x128 (N x4)": "better", "8x512 (T x4)": "better"}
 
 
 def test_m25_fig1c_laptop_runs_epochs_x2_and_reads_the_4_epoch_arms(tmp_path):
