@@ -58,9 +58,9 @@ RULE=("$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" "$FIG1A_DIR")
 network_tables() {  # network_tables NAME [rule flags]: each Figs. 3-4 metric in M25's direction, 32x128 (and any
   # further --arm) against 8x128
   local name=$1; shift
-  for m in feature_rank ess_pct dormant_frac weight_norm grad_kurtosis policy_variance; do
-    DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
-    "${RULE[@]}" --metric "diagnostics/$m" ${DOWN[@]+"${DOWN[@]}"} --base-name "8x128 (base)" \
+  for tag in "${NETWORK[@]}"; do
+    m=${tag#diagnostics/}; DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
+    "${RULE[@]}" --metric "$tag" ${DOWN[@]+"${DOWN[@]}"} --base-name "8x128 (base)" \
       --base "num_envs=8 num_steps=128" --arm "32x128 (N x4): num_envs=32 num_steps=128" "$@" \
       --out "$OUT_DIR/mayor2025_fig3_fig4_${name}_$m"
   done
