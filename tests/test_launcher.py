@@ -400,3 +400,24 @@ def test_slurm_resource_usage_errors_exit_2(fake_script, tmp_path, capsys):
     assert launcher.main(base + ["--nodes", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+
+
+def test_two_launchers_started_in_one_second_keep_their_own_log_directories(fake_script, tmp_path, capsys,
+                                                                             monkeypatch):
+    """Two pinned launchers (one seed each) started in the same second: each keeps its commands.txt."""
+    monkeypatch.setattr(launcher.time, "strftime", lambda fmt, *a: "20261128-004102")
+    runs = tmp_path / "runs"
+    for seed in ("1", "3"):
+        assert launcher.main([fake_script, "--job-name", "fig", "--seeds", seed, "--runs-dir", str(runs)]) == 0
+    dirs = sorted(os.listdir(runs / "_launcher"))
+    assert dirs == ["fig_20261128-004102", "fig_20261128-004102_2"]
+    seeds = [parse_flags(shlex.split(open(runs / "_launcher" / d / "commands.txt").read())[2:])["seed"] for d in dirs]
+    assert seeds == ["1", "3"]
+    # a dry run names the next free directory and claims nothing
+    assert launcher.claim_log_dir(str(runs / "_launcher" / dirs[0]), create=False).endswith("_3")
+    assert len(os.listdir(runs / "_launcher")) == 2
+    # a usage error found after the claim (a --slurm-set without "=") leaves no empty directory behind
+    rc = launcher.main([fake_script, "--job-name", "fig", "--seeds", "1", "--runs-dir", str(runs), "--slurm-template",
+                        "--no-submit", "--slurm-set", "partition"])
+    assert rc == 2 and "--slurm-set 'partition'" in capsys.readouterr().err
+    assert len(os.listdir(runs / "_launcher")) == 2

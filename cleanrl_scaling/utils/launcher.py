@@ -288,6 +288,23 @@ def sbatch_options(args) -> str:
     return "\n".join(f"#SBATCH {line}" for line in lines)
 
 
+def claim_log_dir(base: str, create: bool) -> str:
+    """BASE, or BASE_2, BASE_3, ... if taken: two launchers started in one second (two seeds on two pinned cores,
+    two figure scripts) must not share a log directory, or one commands.txt overwrites the other's."""
+    for k in range(1, 10_000):
+        path = base if k == 1 else f"{base}_{k}"
+        if not create:
+            if not os.path.exists(path):
+                return path
+            continue
+        try:
+            os.makedirs(path)  # atomic: the launcher that creates it owns it
+            return path
+        except FileExistsError:
+            continue
+    raise UsageError(f"{base}: 10,000 log directories with this name and time stamp already exist")
+
+
 def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
     values = dict(SLURM_DEFAULTS)
     last = len(jobs) - 1
@@ -366,7 +383,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=1, help="runs at once locally; each gets cores // workers cores")
     p.add_argument("--cores", type=int, default=0, help="cores to share out (default: all this process may use)")
     p.add_argument("--job-name", default="", help="name of the sweep (log directory, Slurm job); default: script name")
-    p.add_argument("--log-dir", default="", help="default: RUNS_DIR/_launcher/JOB_NAME_<time>")
+    p.add_argument("--log-dir", default="", help="default: RUNS_DIR/_launcher/JOB_NAME_<time>, _2, _3 ... if taken")
     p.add_argument("--dry-run", action="store_true", help="print the commands (and the Slurm script) and run nothing")
     p.add_argument("--skip-finished", action="store_true",
                    help="skip grid points with a finished run (summary.json status finished) in --runs-dir")
@@ -422,6 +439,7 @@ def check_args(args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    claimed = None  # the log directory this launcher created, if any
     try:
         check_args(args)
         args.job_name = args.job_name or os.path.splitext(os.path.basename(args.script))[0]
@@ -445,7 +463,11 @@ def main(argv=None) -> int:
         jobs = [j for j in jobs if j not in in_slurm]
         resumed = resume_from_checkpoints(jobs, args.runs_dir, script_stem) if args.resume_unfinished else 0
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        log_dir = args.log_dir or os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
+        if not args.log_dir:
+            base = os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
+            claimed = log_dir = claim_log_dir(base, create=bool(jobs) and not args.dry_run)
+        else:
+            log_dir = args.log_dir
         for job in jobs:
             job.log_path = os.path.join(log_dir, f"{job.index:03d}_{job.label}.log")
         commands_file = os.path.join(log_dir, "commands.txt")
@@ -455,6 +477,8 @@ def main(argv=None) -> int:
             with open(args.slurm_template) as f:
                 script_text = render_template(f.read(), values)
     except UsageError as e:
+        if claimed and os.path.isdir(claimed) and not os.listdir(claimed):
+            os.rmdir(claimed)  # a usage error leaves nothing behind
         print(f"error: {e}", file=sys.stderr)
         return 2
 
