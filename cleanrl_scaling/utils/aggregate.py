@@ -29,9 +29,8 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
-from cleanrl_scaling.utils import atari_scores, plots
+from cleanrl_scaling.utils import atari_scores
 from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs, run_status, same_value
 
 SPECIAL_KEYS = ("env_id", "exp_name", "seed", "status", "run_name")
@@ -39,6 +38,13 @@ SPECIAL_KEYS = ("env_id", "exp_name", "seed", "status", "run_name")
 
 class UsageError(Exception):
     """A user mistake: one line on stderr, exit code 2."""
+
+
+def _plots():
+    """The plotting module, imported on first use: matplotlib takes ~0.7 s to import, and the rule scripts, tables and
+    CSV-only paths that import this module never draw."""
+    from cleanrl_scaling.utils import plots
+    return plots
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -102,7 +108,11 @@ def mean_ci(values: np.ndarray, level: float = 0.95, band: str = "auto", limits:
         lo, hi = np.asarray(out["lo"], dtype=float), np.asarray(out["hi"], dtype=float)
     else:
         sd = values.std(axis=0, ddof=1)
-        half = sd if kind == "std" else scipy_stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+        if kind == "std":
+            half = sd
+        else:
+            from scipy import stats  # ~0.7 s to import: only the t band needs it
+            half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
         lo, hi = mean - half, mean + half
     if limits is not None:
         lo, hi = np.clip(lo, *limits), np.clip(hi, *limits)
@@ -486,7 +496,7 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                           "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves), "band": kind}
                          for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
-    fig = plots.plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
+    fig = _plots().plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
                             styles=parse_styles(args.style), legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
 
@@ -586,9 +596,9 @@ def cmd_iqm(args, runs: list, grouping: Grouping) -> dict:
     xlabel = args.xlabel or ("Human-normalised score" if args.normalize == "atari-human" else args.metric)
     if args.over_time:
         curve_panel["logy"] = args.logy is not None
-        fig = plots.plot_curves([curve_panel], labels, args.title, 1, args.logx)
+        fig = _plots().plot_curves([curve_panel], labels, args.title, 1, args.logx)
     else:
-        fig = plots.plot_intervals(estimates, labels, xlabel)
+        fig = _plots().plot_intervals(estimates, labels, xlabel)
         if args.title:
             fig.suptitle(args.title, y=1.02)
     return {"fig": fig, "rows": rows}
@@ -610,7 +620,7 @@ def cmd_scatter(args, runs: list, grouping: Grouping) -> dict:
         rows += [{"group": label, "run": os.path.basename(r.path), "env_id": r.env_id, "seed": r.seed,
                   f"{args.x_stat}({args.x_metric})": x, f"{args.y_stat}({args.y_metric})": y}
                  for r, x, y in zip(members, xs, ys)]
-    fig = plots.plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
+    fig = _plots().plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
                              args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
                              args.logy is not None,
                              ", ".join(grouping.keys[1:]))
@@ -666,7 +676,7 @@ def scatter_by_budget(args, runs: list, grouping: Grouping, budgets: list) -> di
         if xs:
             points[f"{budget}"] = (np.array(xs), np.array(ys))
             labels.append(f"{budget}")
-    fig = plots.plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
+    fig = _plots().plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
                              args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
                              args.logy is not None, "budget (updates)")
     return {"fig": fig, "rows": rows}
@@ -690,7 +700,7 @@ def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
         rows.append({args.rows: rv, args.cols: cv, "mean": mean[0], "lo": lo[0], "hi": hi[0], "n": len(values),
                      "band": band_used(args.band, len(values)),
                      "metric": args.metric, "stat": args.stat})
-    fig = plots.plot_heatmap(matrix, [fmt_value(v) for v in row_values], [fmt_value(v) for v in col_values],
+    fig = _plots().plot_heatmap(matrix, [fmt_value(v) for v in row_values], [fmt_value(v) for v in col_values],
                              args.rows, args.cols, f"{args.stat} {args.metric}", args.title)
     return {"fig": fig, "rows": rows}
 
@@ -730,7 +740,7 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
         panels.append(panel)
     if args.reference_group and args.reference_group not in labels:
         raise UsageError(f"--reference-group {args.reference_group!r}: no such group; groups: {', '.join(labels)}")
-    fig = plots.plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx,
+    fig = _plots().plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx,
                             f"{args.reference_group} (the base)" if args.reference_group else "reference",
                             legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
@@ -830,7 +840,7 @@ def cmd_kl_profile(args, runs: list, grouping: Grouping) -> dict:
     return {"fig": draw_kl_profile(rows, args.title, args.xlabel, args.dashed), "rows": rows}
 
 
-def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list = ()) -> "plots.plt.Figure":
+def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list = ()) -> "matplotlib.figure.Figure":
     """The kl-profile figure from its CSV rows: seq KL on top, ref KL below, one column per task; as H25 Figs. 2-3
     draw it, one line style per setting and one colour per phase of training: the `dashed` settings dashed, the
     others solid (without `dashed`: solid, dashed, dotted, ... in the settings' order)."""
@@ -848,7 +858,7 @@ def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list 
               for kind, name in (("seq", "sequential KL(pi_j || pi_j-1)"), ("ref", "reference KL(pi_J || pi_j)"))
               for env_id in envs}
     series, labels, styles, palette = {}, [], {}, {}
-    phase_colors = plots.colors(max(len(v) for v in phases_of.values()))
+    phase_colors = _plots().colors(max(len(v) for v in phases_of.values()))
     line_styles = ["-", "--", ":", "-."]
     for r in rows:
         phase = float(r["pct_of_training"])
@@ -865,7 +875,7 @@ def draw_kl_profile(rows: list, title: str = "", xlabel: str = "", dashed: list 
         x, y = (np.array(v) for v in zip(*sorted(points)))
         panels[(kind, env_id)]["series"][name] = (x, y, None, None)
     ordered = [panels[("seq", e)] for e in envs] + [panels[("ref", e)] for e in envs]
-    return plots.plot_curves(ordered, labels, title, len(envs), False, styles=styles, palette=palette)
+    return _plots().plot_curves(ordered, labels, title, len(envs), False, styles=styles, palette=palette)
 
 
 def table_row(env_id, label: str, members: list, scores: list, args) -> dict:
@@ -1084,7 +1094,7 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    paths = plots.save(result["fig"], prefix) if result["fig"] is not None else []  # table: no figure
+    paths = _plots().save(result["fig"], prefix) if result["fig"] is not None else []  # table: no figure
     paths.append(write_csv(result["rows"], prefix))
     if "markdown" in result:
         paths.append(write_text(result["markdown"], f"{prefix}.md"))
