@@ -5,8 +5,8 @@
 # SLURM=1 submits a Slurm array instead of running locally, with the knobs of _slurm_common.sh (SLURM_PARTITION,
 # SLURM_GPUS, SLURM_CPUS, SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md);
 # DRAW_ONLY=1 draws from the runs that exist and launches nothing; RESUME=1 continues a run that stopped before
-# finishing from its checkpoint (never while another launcher runs the same RUNS_DIR). Runs checkpoint every
-# CHECKPOINT_EVERY (500) updates, so a preempted or timed-out job loses minutes.
+# finishing from its checkpoint (never while another launcher runs the same grid points in RUNS_DIR). Runs checkpoint
+# every CHECKPOINT_EVERY (500) updates, so a preempted or timed-out job loses minutes.
 # A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py) before sourcing this file.
 # PPO runs get --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
 # M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.

@@ -12,7 +12,7 @@
 # docs/cluster.md), DRAW_ONLY=1 (draw from the runs that exist, launch nothing),
 # RESUME=1 (a run stopped before finishing continues from its checkpoint; runs checkpoint every CHECKPOINT_EVERY
 # (16) updates, and on
-# SIGINT/SIGTERM; never while another launcher runs the same RUNS_DIR).
+# SIGINT/SIGTERM; never while another launcher runs the same grid points in RUNS_DIR).
 #   SCALE=paper (default): NUM_ENVS_LIST "64 256 1024 4096", TOTAL 20M.
 #   SCALE=laptop: NUM_ENVS_LIST "64 1024", TOTAL 2.1M (at 1024 envs a 1000-step episode, with its reset step,
 #   ends every 1.025M steps: the second one by 2.05M; each script's header gives its run count and CPU time). The

@@ -220,6 +220,12 @@ def test_resume_unfinished_continues_stopped_runs_from_their_checkpoints(fake_sc
     launcher.main([fake_script, "--seeds", "1", *sweep, "--runs-dir", str(runs), "--skip-finished", "--dry-run",
                    "--"] + common)  # without the flag every unfinished point starts over
     assert all("--resume" not in c for c in commands(capsys.readouterr().out))
+    # a second launcher on other grid points (e.g. one seed per pinned core) never takes these runs' checkpoints,
+    # so launchers of disjoint points may share RUNS_DIR
+    launcher.main([fake_script, "--seeds", "1", "--sweep", "learning-rate=0.4,0.5", "--runs-dir", str(runs),
+                   "--skip-finished", "--resume-unfinished", "--dry-run", "--"] + common)
+    out = capsys.readouterr().out
+    assert out.startswith("# 2 run(s), 0 skipped as finished, 0 resumed") and "--resume" not in out
     assert launcher.main([fake_script, "--resume-unfinished", "--dry-run"]) == 2
     assert "only applies with --skip-finished" in capsys.readouterr().err
 

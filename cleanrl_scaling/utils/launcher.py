@@ -389,7 +389,8 @@ def parse_args(argv=None):
                    help="skip grid points with a finished run (summary.json status finished) in --runs-dir")
     p.add_argument("--resume-unfinished", action="store_true",
                    help="with --skip-finished: continue a grid point's interrupted or killed run from its checkpoint "
-                        "(--resume) instead of starting it over; only when no other launcher runs this grid")
+                        "(--resume) instead of starting it over; not while another launcher runs the same grid points "
+                        "(launchers of disjoint points, e.g. one seed each, may share RUNS_DIR)")
     p.add_argument("--python", default=sys.executable, help="interpreter of the runs (default: this one)")
     p.add_argument("--slurm-template", nargs="?", const="", default=None, metavar="PATH",
                    help="submit a Slurm array rendered from this template (no PATH: the bundled one, or the bundled "
