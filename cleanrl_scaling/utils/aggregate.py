@@ -497,7 +497,7 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                          for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
     fig = _plots().plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
-                            styles=parse_styles(args.style), legend_title=args.legend_title)
+                               styles=parse_styles(args.style), legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
 
 
@@ -621,9 +621,9 @@ def cmd_scatter(args, runs: list, grouping: Grouping) -> dict:
                   f"{args.x_stat}({args.x_metric})": x, f"{args.y_stat}({args.y_metric})": y}
                  for r, x, y in zip(members, xs, ys)]
     fig = _plots().plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
-                             args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
-                             args.logy is not None,
-                             ", ".join(grouping.keys[1:]))
+                                args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
+                                args.logy is not None,
+                                ", ".join(grouping.keys[1:]))
     return {"fig": fig, "rows": rows}
 
 
@@ -677,8 +677,8 @@ def scatter_by_budget(args, runs: list, grouping: Grouping, budgets: list) -> di
             points[f"{budget}"] = (np.array(xs), np.array(ys))
             labels.append(f"{budget}")
     fig = _plots().plot_scatter(points, labels, args.xlabel or f"{args.x_stat} {args.x_metric}",
-                             args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
-                             args.logy is not None, "budget (updates)")
+                                args.ylabel or f"{args.y_stat} {args.y_metric}", args.title, args.logx,
+                                args.logy is not None, "budget (updates)")
     return {"fig": fig, "rows": rows}
 
 
@@ -701,7 +701,7 @@ def cmd_heatmap(args, runs: list, grouping: Grouping) -> dict:
                      "band": band_used(args.band, len(values)),
                      "metric": args.metric, "stat": args.stat})
     fig = _plots().plot_heatmap(matrix, [fmt_value(v) for v in row_values], [fmt_value(v) for v in col_values],
-                             args.rows, args.cols, f"{args.stat} {args.metric}", args.title)
+                                args.rows, args.cols, f"{args.stat} {args.metric}", args.title)
     return {"fig": fig, "rows": rows}
 
 
@@ -741,8 +741,8 @@ def cmd_sweep(args, runs: list, grouping: Grouping) -> dict:
     if args.reference_group and args.reference_group not in labels:
         raise UsageError(f"--reference-group {args.reference_group!r}: no such group; groups: {', '.join(labels)}")
     fig = _plots().plot_curves(panels, labels, args.title, min(len(panels), 3), args.logx,
-                            f"{args.reference_group} (the base)" if args.reference_group else "reference",
-                            legend_title=args.legend_title)
+                               f"{args.reference_group} (the base)" if args.reference_group else "reference",
+                               legend_title=args.legend_title)
     return {"fig": fig, "rows": rows}
 
 

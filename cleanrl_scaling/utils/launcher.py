@@ -291,8 +291,7 @@ def sbatch_options(args) -> str:
 def claim_log_dir(base: str, create: bool) -> str:
     """BASE, or BASE_2, BASE_3, ... if taken: two launchers started in one second (two seeds on two pinned cores,
     two figure scripts) must not share a log directory, or one commands.txt overwrites the other's."""
-    for k in range(1, 10_000):
-        path = base if k == 1 else f"{base}_{k}"
+    for path in [base] + [f"{base}_{k}" for k in range(2, 10_000)]:
         if not create:
             if not os.path.exists(path):
                 return path
@@ -301,7 +300,7 @@ def claim_log_dir(base: str, create: bool) -> str:
             os.makedirs(path)  # atomic: the launcher that creates it owns it
             return path
         except FileExistsError:
-            continue
+            pass
     raise UsageError(f"{base}: 10,000 log directories with this name and time stamp already exist")
 
 
@@ -464,11 +463,11 @@ def main(argv=None) -> int:
         jobs = [j for j in jobs if j not in in_slurm]
         resumed = resume_from_checkpoints(jobs, args.runs_dir, script_stem) if args.resume_unfinished else 0
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        if not args.log_dir:
-            base = os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}")
-            claimed = log_dir = claim_log_dir(base, create=bool(jobs) and not args.dry_run)
-        else:
-            log_dir = args.log_dir
+        log_dir = args.log_dir
+        if not log_dir:
+            create = bool(jobs) and not args.dry_run
+            log_dir = claim_log_dir(os.path.join(args.runs_dir, "_launcher", f"{slug(args.job_name)}_{stamp}"), create)
+            claimed = log_dir if create else None
         for job in jobs:
             job.log_path = os.path.join(log_dir, f"{job.index:03d}_{job.label}.log")
         commands_file = os.path.join(log_dir, "commands.txt")
