@@ -96,13 +96,19 @@ def table(base_name: str, base: dict, arms: list, sign: float = 1.0) -> list:
     for name, finals in arms:
         row = {"arm": name, **{f"seed {s}": finals.get(s) for s in seeds}, "mean": float(np.mean(list(finals.values())))}
         d, (lo, hi), outcome = judge(list(finals.values()), list(base.values()), sign)
-        rows.append({**row, "D vs base": d, "95% interval": f"[{lo:+.4g}, {hi:+.4g}]", "outcome": outcome})
+        rows.append({**row, "D vs base": d, "95% interval": f"[{number(lo, True)}, {number(hi, True)}]", "outcome": outcome})
     return rows
+
+
+def number(v: float, signed: bool = False) -> str:
+    """Returns as 11,158 (thousands separators, no decimals), metrics below 1,000 to 4 significant digits."""
+    sign = "+" if signed else ""
+    return f"{v:{sign},.0f}" if abs(v) >= 1000 else f"{v:{sign}.4g}"
 
 
 def markdown(rows: list) -> str:
     cols = list(rows[0])
-    fmt = lambda v: "–" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+    fmt = lambda v: "–" if v is None else (number(v) if isinstance(v, float) else str(v))  # noqa: E731
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     return "\n".join(lines + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]) + "\n"
 
@@ -134,7 +140,7 @@ def main():
     if missing:
         print(f"no verdict yet: fewer than {args.seeds} finished seeds for {', '.join(missing)}")
         for name, f in [(args.base_name, base)] + finals:
-            print(f"  {name}: {', '.join(f'seed {s} {v:.4g}' for s, v in sorted(f.items())) or 'none'}")
+            print(f"  {name}: {', '.join(f'seed {s} {number(v)}' for s, v in sorted(f.items())) or 'none'}")
         return
     rows = table(args.base_name, base, finals, -1.0 if args.lower_is_better else 1.0)
     text = markdown(rows)

@@ -454,6 +454,21 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "NAME" in bad.stderr
 
 
+def test_m25_fig1_rule_prints_returns_with_thousands_separators(tmp_path):
+    """The pages paste the rule's markdown: returns of 1,000 and more print as 11,158 (not 1.116e+04), signed in
+    the interval; base mean (9,275 + 10,712 + 11,158) / 3 = 10,381.7 and D = 21,000 - 10,381.7 = 10,618.3."""
+    for n, values in ((8, [11158, 9275, 10712]), (32, [20000, 21000, 22000])):
+        for seed, v in enumerate(values, 1):
+            write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}},
+                           [{"global_step": 1000, "charts/episodic_return": v}])
+    out = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
+                          "--base", "num_envs=8", "--arm", "4x N: num_envs=32"], capture_output=True, text=True,
+                         timeout=120)
+    assert "| base | 11,158 | 9,275 | 10,712 | 10,382 | – | – | (base) |" in out.stdout, out.stdout
+    row = r"\| 4x N \| 20,000 \| 21,000 \| 22,000 \| 21,000 \| 10,618 \| \[\+\d{1,2},\d{3}, \+\d{1,2},\d{3}\] \| better \|"
+    assert re.search(row, out.stdout), out.stdout
+
+
 def test_m25_fig1_rule_judges_a_diagnostic_where_lower_is_better(tmp_path):
     """--metric with --lower-is-better (Figs. 3-4: dormant units, weight norm, kurtosis, policy variance fall with N):
     an arm whose every seed is below the base's median, with the whole interval below 0, is 'better'; a run without
