@@ -101,7 +101,7 @@ def table(base_name: str, base: dict, arms: list, sign: float = 1.0) -> list:
 
 
 def number(v: float, signed: bool = False) -> str:
-    """Returns as 11,158 (thousands separators, no decimals), metrics below 1,000 to 4 significant digits."""
+    """Values of 1,000 and more (game returns) as 11,158, smaller ones (diagnostics) to 4 significant digits."""
     sign = "+" if signed else ""
     return f"{v:{sign},.0f}" if abs(v) >= 1000 else f"{v:{sign}.4g}"
 
