@@ -4,7 +4,8 @@
 # Phase 1 trains at COM 2 and 32 to TOTAL steps; phase 2 reloads the final checkpoint of every *finished* phase-1 run
 # with the other COM, and with its own COM as the reference (the run continued unchanged, B26's full-length lines),
 # and continues its step count to TOTAL2 (reloaded runs go to RUNS_DIR/reloaded; a reload that finished is not
-# repeated). The figures: charts/solve_rate (and charts/train_solve_rate, _train) of both phases against steps.
+# repeated). The figures: charts/solve_rate (and charts/train_solve_rate, _train) of both phases against steps; a
+# reloaded run's line starts at the switch (the state it was reloaded from).
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
 #   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
 #   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
@@ -121,7 +122,7 @@ and Fig. 5a's runs (FIG5A_DIR=$FIG5A_DIR) exist"; exit 0; }
   for metric in solve_rate train_solve_rate; do
     "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR/reloaded" "$FIG5A_DIR" --only-finished \
       --band "$BAND" --filter "ewma_com=$C_LOW,$C_STAR" --metric "charts/$metric" --group-by ewma_com \
-      --label "{exp_name} {ewma_com}" --x global_step "${LEGEND[@]}" \
+      --label "{exp_name} {ewma_com}" --x global_step --join-init-from switch "${LEGEND[@]}" \
       --ylabel "solve rate$([[ $metric == train_solve_rate ]] && echo ", training episodes")" \
       --title "B26 Fig. 3a (Jax2D, laptop): reloaded with another COM ($BAND_TEXT)" \
       --out "$OUT_DIR/beukman2026_fig3a$([[ $metric == train_solve_rate ]] && echo _train)"
@@ -138,9 +139,11 @@ for from in "${COMS[@]}"; do
   for to in "${COMS[@]}"; do LEGEND+=(--relabel "com${from}_to_$to->$to ($from)" --style "$to ($from)=--"); done
 done
 aggregate curves --band "$BAND" --metric charts/solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
+  --join-init-from switch \
   --ylabel "solve rate" --title "B26 Fig. 3a: reloaded with another COM ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a"
 # the same from every training episode (thousands per update; the evaluation above: --eval-attempts episodes per task)
 aggregate curves --band "$BAND" --metric charts/train_solve_rate --label "{exp_name}" --x global_step "${LEGEND[@]}" \
+  --join-init-from switch \
   --ylabel "solve rate, training episodes" --title "B26 Fig. 3a from the training episodes ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig3a_train"

@@ -66,9 +66,10 @@ LINES="${C[0]},${C[${#C[@]} / 2]},${C[-1]}"
 if [[ "$SCALE" == laptop ]]; then  # the lowest COM, C_STAR and the highest
   SORTED=($(tr , '\n' <<< "$COMS" | sort -g)); LINES="${SORTED[0]},$C_STAR,${SORTED[-1]}"
 fi
+PALETTE=$(tr , '\n' <<< "$COMS" | sort -g | xargs printf 'COM %g,' | sed 's/,$//')  # Fig. 5a's colours in Fig. 1a
 aggregate curves --band "$BAND" --filter "ewma_com=$LINES" --metric charts/solve_rate \
-  --group-by ewma_com --label "COM {ewma_com}" --x global_step --ylabel "solve rate" \
-  --title "B26 Fig. 1a: PPO-EWMA, too low a COM plateaus ($BAND_TEXT)" \
+  --group-by ewma_com --label "COM {ewma_com}" --palette "$PALETTE" --x global_step --ylabel "solve rate" \
+  --title "B26 Fig. 1a: PPO-EWMA, the lowest COM, a middle one and the highest ($BAND_TEXT)" \
   --out "$OUT_DIR/beukman2026_fig1a"
 aggregate curves --band "$BAND" --metric diagnostics/grad_norm --group-by ewma_com --label "COM {ewma_com}" \
   --x global_step --logy --ylabel "gradient norm (before clipping)" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # B26 Fig. 7 (Jax2D locomotion, ppo_ewma_jax2d.py): larger rollout batches tolerate weaker regularisation: (a) envs x
 # COM, (b) envs x epsilon, at a fixed number of updates (the x axis is the update, B26), 32 minibatches throughout.
-# Page: docs/ppo_ewma_jax2d.md. The figures: charts/solve_rate against the update, one panel per number of envs,
-# one line per COM (7a) or epsilon (7b).
+# Page: docs/ppo_ewma_jax2d.md. The figures: charts/solve_rate against the update, one panel per number of envs on one
+# y scale, one line per COM (7a) or epsilon (7b).
 # The budget is ITERATIONS updates, so a run at N envs takes N x 256 x ITERATIONS steps (256 = --num-steps, or the
 # value in FLAGS); TOTAL does not apply and is refused.
 # Our choice, not the paper's: the env counts, COMs, epsilons, ITERATIONS (200), 5 seeds.
@@ -37,7 +37,7 @@ if [[ "$SCALE" == laptop ]]; then
   [[ -d "$FIG5A_DIR" ]] || { echo "# Fig. 7a: its N = 64 arms are Fig. 5a's runs, and FIG5A_DIR=$FIG5A_DIR does not exist \
 yet; draw again (DRAW_ONLY=1) once they have finished"; exit 0; }
   "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" "$FIG5A_DIR" --only-finished --band "$BAND" \
-    --filter "ewma_com=$WEAK,$C_STAR" --filter num_envs=16,64 --metric charts/solve_rate --panel-by num_envs \
+    --filter "ewma_com=$WEAK,$C_STAR" --filter num_envs=16,64 --metric charts/solve_rate --panel-by num_envs --sharey \
     --group-by ewma_com --label "COM {ewma_com}" --x iteration --ylabel "solve rate" \
     --title "B26 Fig. 7a (Jax2D, laptop): envs x COM ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig7a"
   "$PYTHON" benchmark/beukman2026_jax2d_rule.py fig7a "$RUNS_DIR" "$FIG5A_DIR" --weak "$WEAK" --strong "$C_STAR" \
@@ -56,9 +56,9 @@ BUDGETS=(); for n in "${NUM_ENVS_LIST[@]}"; do
 done
 launch --job-name beukman2026_fig7_com "${BUDGETS[@]}" --sweep ewma-com=2,8,32 -- --num-minibatches 32
 launch --job-name beukman2026_fig7_eps "${BUDGETS[@]}" --sweep clip-coef=0.1,0.2,0.4,0.6 -- --num-minibatches 32
-aggregate curves --filter ewma_com=2,8,32 --metric charts/solve_rate --panel-by num_envs --group-by ewma_com \
+aggregate curves --filter ewma_com=2,8,32 --metric charts/solve_rate --panel-by num_envs --sharey --group-by ewma_com \
   --label "COM {ewma_com}" --x iteration --ylabel "solve rate" \
   --title "B26 Fig. 7a: PPO-EWMA, envs x COM ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig7a"
-aggregate curves --filter ewma_com=0 --metric charts/solve_rate --panel-by num_envs --group-by clip_coef \
+aggregate curves --filter ewma_com=0 --metric charts/solve_rate --panel-by num_envs --sharey --group-by clip_coef \
   --label "ε = {clip_coef}" --x iteration --ylabel "solve rate" \
   --title "B26 Fig. 7b: PPO, envs x ε ($BAND_TEXT)" --out "$OUT_DIR/beukman2026_fig7b"

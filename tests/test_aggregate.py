@@ -540,3 +540,58 @@ def test_kl_profile_draws_one_style_per_setting_and_one_colour_per_phase():
     assert lines["100x500 @ 10%"].get_linestyle() == "--" and lines["1000x50 @ 10%"].get_linestyle() == "-"
     color = {name: line.get_color() for name, line in lines.items()}
     assert color["100x500 @ 50%"] == color["1000x50 @ 50%"] != color["1000x50 @ 10%"]
+
+
+def drawn_figure(monkeypatch, argv):
+    """Run `aggregate curves` and return the matplotlib figure it saved."""
+    saved = {}
+    plots = aggregate._plots()
+    monkeypatch.setattr(plots, "save", lambda fig, prefix: saved.setdefault("fig", fig) and [])
+    assert aggregate.main(argv) == 0
+    return saved["fig"]
+
+
+def test_curves_share_one_y_scale_and_keep_a_grids_colours(tmp_path, monkeypatch):
+    """--sharey: panels of very different heights on one y scale (B26 Fig. 7a's two batches); --palette: a figure of
+    some of a grid's labels colours each as the figure of all of them does (B26 Figs. 5a and 1a on one page)."""
+    import matplotlib.colors
+    runs = tmp_path / "runs"
+    for n, top in ((16, 0.1), (64, 0.6)):
+        for com in (16, 256, 1024):
+            write_run(runs, "Loco-v0", "ewma", 1, [(s, {"charts/r": top * s}) for s in (0, 1)], num_envs=n,
+                      ewma_com=com)
+    base = ["curves", str(runs), "--metric", "charts/r", "--panel-by", "num_envs", "--group-by", "ewma_com",
+            "--label", "COM {ewma_com}", "--x", "iteration", "--out", str(tmp_path / "f")]
+    apart = [ax.get_ylim() for ax in drawn_figure(monkeypatch, base).axes[:2]]
+    assert apart[0][1] < 0.2 < apart[1][1]  # without --sharey each panel has its own
+    shared = [ax.get_ylim() for ax in drawn_figure(monkeypatch, base + ["--sharey"]).axes[:2]]
+    assert shared[0] == shared[1] and shared[0][1] > 0.5
+    grid = "COM 4,COM 16,COM 64,COM 256,COM 1024"
+    fig = drawn_figure(monkeypatch, base + ["--filter", "ewma_com=16,1024", "--palette", grid])
+    colours = {line.get_label(): matplotlib.colors.to_hex(line.get_color()) for line in fig.axes[0].get_lines()}
+    tab10 = [matplotlib.colors.to_hex(c) for c in aggregate._plots().colors(5)]
+    assert colours == {"COM 16": tab10[1], "COM 1024": tab10[4]}
+
+
+def test_curves_join_a_reloaded_run_to_the_state_it_started_from(tmp_path):
+    """--join-init-from: a run started from update 4 of another run (found by its directory name: the path it
+    recorded is another machine's) is drawn from that state: 'switch' adds the source's point at update 4 (B26 Fig.
+    3a's reloads start at the switch), 'history' the source's whole curve up to it."""
+    runs = tmp_path / "runs"
+    source = write_run(runs, "Loco-v0", "ewma", 1, [(10 * i, {"charts/r": float(i)}) for i in range(1, 9)], ewma_com=16)
+    reload = write_run(runs / "reloaded", "Loco-v0", "com16_to_1024", 1, [(10 * i, {"charts/r": 100.0 + i})
+                                                                           for i in range(5, 9)], ewma_com=1024,
+                       init_from=f"/elsewhere/{source.name}/checkpoints/iteration_4.ckpt")
+    lines = reload / "metrics.jsonl"  # iterations 5..8, as the reload logged them
+    rows = [json.loads(line) for line in lines.read_text().splitlines()]
+    lines.write_text("".join(json.dumps({**r, "iteration": r["iteration"] + 4}) + "\n" for r in rows))
+    for mode, first in (("switch", [(40.0, 4.0), (50.0, 105.0)]), ("history", [(10.0, 1.0), (20.0, 2.0)])):
+        out = tmp_path / mode
+        assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "exp_name", "--points", "8",
+                               "--join-init-from", mode, "--out", str(out)]) == 0
+        drawn = [(float(r["x"]), float(r["mean"])) for r in read_csv(f"{out}.csv") if r["group"] == "com16_to_1024"]
+        assert drawn[:2] == pytest.approx(first) and drawn[-1] == pytest.approx((80.0, 108.0)), (mode, drawn)
+    plain = tmp_path / "plain"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "exp_name",
+                           "--out", str(plain)]) == 0
+    assert min(float(r["x"]) for r in read_csv(f"{plain}.csv") if r["group"] == "com16_to_1024") == 50.0

@@ -463,6 +463,7 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
         return (run.env_id,) + tuple(run.value(k) for k in args.panel_by)
 
     panel_keys = sorted({panel_of(r) for r in runs}, key=sort_key)
+    sources = init_sources(runs) if args.join_init_from else {}
     metric_labels = parse_pairs(args.metric_label, "--metric-label", "TAG=WORDS", "=")
     panels, rows, labels = [], [], []
     for metric in args.metric:
@@ -476,7 +477,7 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                      "series": {}, "hlines": [(v, t) for v, t, m in hlines if m in (None, metric)],
                      "logy": args.logy is not None and (not args.logy or metric in args.logy), "ylim": args.ylim}
             for key, label, members in grouped([r for r in runs if panel_of(r) == panel_key], grouping):
-                curves = [series(r, metric, args.x, args.smooth, norm)
+                curves = [joined(r, sources, args.join_init_from, metric, args.x, args.smooth, norm)
                           for r in members]
                 curves = [(x, y) for x, y in curves if len(x)]
                 if not curves:
@@ -496,9 +497,55 @@ def cmd_curves(args, runs: list, grouping: Grouping) -> dict:
                           "x": xv, "mean": m, "lo": l, "hi": h, "n": len(curves), "band": kind}
                          for xv, m, l, h in zip(grid, mean, lo, hi)]
             panels.append(panel)
+    palette = {label: colour for label, colour in zip(args.palette, _plots().colors(len(args.palette)))}
     fig = _plots().plot_curves(panels, labels, args.title, args.ncols, args.logx, args.hline_legend,
-                               styles=parse_styles(args.style), legend_title=args.legend_title)
+                               styles=parse_styles(args.style), legend_title=args.legend_title, palette=palette,
+                               sharey=args.sharey)
     return {"fig": fig, "rows": rows}
+
+
+def start_iteration(run: Run) -> Optional[int]:
+    """The update a run started with --init-from began after: config.json's start_iteration, else the checkpoint's
+    name (iteration_K.ckpt), else the update before its first logged one."""
+    if run.value("start_iteration") is not None:
+        return int(run.value("start_iteration"))
+    found = re.search(r"iteration_(\d+)\.ckpt$", str(run.value("init_from")))
+    if found:
+        return int(found.group(1))
+    return int(run.metrics["iteration"].min()) - 1 if "iteration" in run.metrics else None
+
+
+def init_sources(runs: list) -> dict:
+    """{run path: the run its --init-from checkpoint came from}: the run directory of that name among `runs` (the
+    path it names may be another machine's), else the directory the path names, if it exists here."""
+    by_name = {os.path.basename(r.path): r for r in runs}
+    out = {}
+    for run in runs:
+        ckpt = run.value("init_from")
+        if not ckpt:
+            continue
+        source_dir = os.path.dirname(os.path.dirname(str(ckpt)))  # RUN/checkpoints/NAME.ckpt
+        source = by_name.get(os.path.basename(source_dir))
+        if source is None and os.path.isfile(os.path.join(source_dir, "config.json")):
+            source = Run(source_dir, read_json(os.path.join(source_dir, "config.json")), run_status(source_dir),
+                         read_metrics(os.path.join(source_dir, "metrics.jsonl")))
+        if source is not None:
+            out[run.path] = source
+    return out
+
+
+def joined(run: Run, sources: dict, mode: str, metric: str, x_kind: str, smooth: int, normalize) -> tuple:
+    """A run's series; with --join-init-from, a run started from another run's state is drawn from that state on:
+    'switch' prepends the source's last point at or before the start (B26 Fig. 3a: the reloaded line starts at the
+    switch), 'history' every point up to it (a run continued at the same COM is one line)."""
+    x, y = series(run, metric, x_kind, smooth, normalize)
+    source, start = sources.get(run.path), start_iteration(run)
+    if source is None or start is None or "iteration" not in source.metrics:
+        return x, y
+    before = Run(source.path, source.config, source.status, source.metrics[source.metrics["iteration"] <= start])
+    sx, sy = series(before, metric, x_kind, smooth, normalize)
+    keep = slice(-1, None) if mode == "switch" else slice(None)
+    return np.concatenate([sx[keep], x]), np.concatenate([sy[keep], y])
 
 
 def parse_pairs(items: list, option: str, form: str, sep: str) -> dict:
@@ -987,6 +1034,14 @@ def parse_args(argv=None):
                    help="line style of one series (- -- : -.), e.g. for runs that overlap (repeatable)")
     p.add_argument("--panel-by", nargs="*", default=[], metavar="KEY",
                    help="one panel per value of these config keys (and per env_id), e.g. num_envs (B26 Fig. 7)")
+    p.add_argument("--sharey", action="store_true", help="every panel on one y scale (panels to be compared by eye)")
+    p.add_argument("--palette", type=lambda text: text.split(","), default=[], metavar="LABEL,LABEL,...",
+                   help="the labels of a page's whole grid, in order: each keeps that position's colour, so a figure "
+                        "that shows some of them colours them as the figure that shows all")
+    p.add_argument("--join-init-from", choices=["switch", "history"], default=None,
+                   help="a run started with --init-from from another run's state (found among the runs, or at the "
+                        "path it names) starts at that state: 'switch' adds the source's point at the start (B26 "
+                        "Fig. 3a), 'history' the source's whole curve up to it (a run continued at the same settings)")
 
     p = sub.add_parser("iqm", parents=[common], help="IQM, median, mean with stratified bootstrap 95%% CIs")
     p.add_argument("--metric", required=True)

@@ -41,10 +41,10 @@ def save(fig, prefix: str) -> list:
     return paths
 
 
-def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4):
+def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4, sharey: bool = False):
     ncols = max(1, min(ncols, n_panels))
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, sharey=sharey)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes.flat)
@@ -52,15 +52,16 @@ def _grid(n_panels: int, ncols: int, width: float = 4.6, height: float = 3.4):
 
 def plot_curves(panels: list, labels: list, title: str = "", ncols: int = 3, logx: bool = False,
                 hline_legend: str = "reference", styles: dict = None, palette: dict = None,
-                legend_title: str = "") -> plt.Figure:
+                legend_title: str = "", sharey: bool = False) -> plt.Figure:
     """panels: [{"title", "xlabel", "ylabel", "series": {label: (x, mean, lo, hi)}, "hlines": [(value, text)],
     "hbands": [(lo, hi, text)], "logy": bool, "marker": a matplotlib marker or None, "errorbars": bool}]; one colour
     per label across panels (palette: {label: colour} overrides); lo/hi may be None (no band). A series of one point,
     or any series of an "errorbars" panel, draws its band as error bars (a band over one x is invisible). styles:
     {label: matplotlib line keywords, e.g. {"ls": "--"}} (runs that would overlap stay distinguishable). A
     reference line whose text is a series label is drawn dotted in that series' colour (one legend entry,
-    hline_legend, for all of them), with its band (hbands) shaded; any other is grey and annotated with its text."""
-    fig, axes = _grid(len(panels), ncols)
+    hline_legend, for all of them), with its band (hbands) shaded; any other is grey and annotated with its text.
+    sharey: every panel on one y scale, its tick labels on the first column only."""
+    fig, axes = _grid(len(panels), ncols, sharey=sharey)
     palette = {**dict(zip(labels, colors(len(labels)))), **(palette or {})}
     styles = styles or {}
     coloured_hline = False
