@@ -3,7 +3,8 @@ subcommand per figure, judged from finished run directories; each prints every s
 
     python benchmark/beukman2026_jax2d_rule.py fig5a RUNS_DIR... --low C_LOW --star C_STAR --high C_HIGH [--out PREFIX]
     (fig1a, fig5b the same; fig2c, fig2b: --low --star; fig7a: --weak --strong; fig8: --updates U; fig3a:
-     --switched DIR --low --star; grid PLACEMENT NAME...: the placement's values as shell assignments;
+     --switched DIR --low --star; plateau: --low C_LOW --others C... --updates U; grid PLACEMENT NAME...: the
+     placement's values as shell assignments;
      table RUNS_DIR... [--out PREFIX]: every finished run's numbers, the tables of the reproduction pages)
 
 Per run (U = its last update; evaluations every 20 updates, the last at U):
@@ -35,6 +36,16 @@ needs --seeds (3) such seeds. Comparisons carry a 1e-9 tolerance, so a hand-comp
 - Fig. 3a: with the seed means of final, raising (com{C_low}_to_{C*}) holds if it ends closer to C*'s reference (the
   Fig. 5a run at C*) than to C_low's; lowering (com{C*}_to_{C_low}) if closer to C_low's than to C*'s. not shown if
   the two references end within 0.05 of each other (|difference| < 0.05); else yes = both, partly = one, no = neither.
+- plateau (B26 Figs. 1a/5a's plateau at a longer budget; runs of at least --updates U updates, the newest per COM
+  and seed): per run, two measures of the gain over its last 80 updates, each = 80 x a least-squares slope against
+  the update: S_eval over the five evaluations at U-80, U-60, ..., U (with SE from charts/solve_rate_se) and S_train
+  over the pooled training solve rate of the four 20-update windows U-79..U (window centres as x). The run
+  *plateaus* if both are <= 0.02 (a fall counts: it no longer improves), is *still rising* if both are >= 0.05,
+  else neither; final as above. C_low is *below* in a seed if its final <= the highest final of the other COMs
+  (--others) - 0.05. yes = C_low plateaus in the seed mean (both seed-mean S <= 0.02) and in >= 2 of 3 seeds, and
+  is below in the seed mean and in >= 2 of 3 seeds; no (not shown: still rising) = C_low is still rising in the
+  seed mean (both >= 0.05) and in >= 2 of 3 seeds; no (contradicts B26: no premature plateau) = C_low plateaus as
+  for yes but is not below in the seed mean; otherwise not shown. The other COMs' trends are reported, not judged.
 - table (no verdict): per finished run, its N, COM, clip, reload source (exp_name of a reloaded run), seed, updates,
   the pooled training windows, final, mid, late gain, learned, the median KL to the behaviour policy and the mean DDR
   over the second half (updates > U/2), sorted by N, exp_name, COM, seed.
@@ -55,9 +66,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..")]
 
 EVAL, TRAIN, EPISODE = "charts/solve_rate", "charts/train_solve_rate", "charts/episodic_return"
+EVAL_SE = "charts/solve_rate_se"
 KL, GRAD, DDR = "diagnostics/kl_behavior", "diagnostics/grad_norm", "diagnostics/ddr"
 WINDOW = 20  # updates per training-solve-rate window
 EPS = 1e-9
+LATE = 80  # the plateau rule's window: the last 80 updates, five evaluations 20 apart
+FLAT, STILL_RISING = 0.02, 0.05  # S (gain per 80 updates) at most FLAT: a plateau; at least STILL_RISING: rising
 
 
 class RuleError(Exception):
@@ -147,6 +161,40 @@ def prefix(run, budget: int) -> tuple:
     score = float(np.max(y[x <= budget])) if (x <= budget).any() else math.nan
     ddr = float(np.mean(dy[dx <= budget])) if (dx <= budget).any() else math.nan
     return score, ddr
+
+
+def slope_gain(x: np.ndarray, y: np.ndarray, errors=None, window: int = LATE) -> tuple:
+    """(window x the least-squares slope of y against x: the gain the fit implies over the window, its standard
+    error from independent errors of the y, NaN without them)."""
+    weights = (x - x.mean()) / np.sum((x - x.mean()) ** 2)  # slope = sum(weights * y)
+    se = math.nan if errors is None else math.sqrt(float(np.sum((weights * errors) ** 2)))
+    return window * float(np.sum(weights * y)), window * se
+
+
+def late_gains(run, window: int = LATE) -> dict:
+    """The plateau rule's numbers of one run: S_eval (and its SE) over the evaluations of the last `window` updates
+    (both ends included), S_train over the pooled training windows of updates U-window+1..U. NaN when the run has
+    fewer than three such evaluations or windows."""
+    u = last_update(run)
+    x, y = by_iteration(run, EVAL)
+    sx, se = by_iteration(run, EVAL_SE)
+    inside = x >= u - window
+    errors = dict(zip(sx, se))
+    s_eval = slope_gain(x[inside].astype(float), y[inside], np.array([errors.get(i, math.nan) for i in x[inside]]),
+                        window) if inside.sum() >= 3 else (math.nan, math.nan)
+    starts = np.arange(u - window + 1, u + 1, WINDOW)
+    rates = np.array([train_rate(run, a, a + WINDOW - 1) for a in starts])
+    ok = np.isfinite(rates)
+    s_train = slope_gain(starts[ok] + (WINDOW - 1) / 2, rates[ok], None, window)[0] if ok.sum() >= 3 else math.nan
+    return {"S_eval": s_eval[0], "SE(S_eval)": s_eval[1], "S_train": s_train}
+
+
+def trend(s_eval: float, s_train: float, flat: float = FLAT, rising: float = STILL_RISING) -> str:
+    """A run's last updates by both gains: a plateau (both <= flat; a fall counts: it no longer improves), still
+    rising (both >= rising) or neither (the two disagree, or a gain in between)."""
+    if le(s_eval, flat) and le(s_train, flat):
+        return "plateau"
+    return "still rising" if ge(s_eval, rising) and ge(s_train, rising) else "neither"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -245,6 +293,34 @@ def fig3a_rule(raise_, lower, ref_low, ref_star) -> tuple:
     if not ge(apart, 0.05):
         return tests, "not shown"
     return tests, "yes" if up and down else "partly" if up or down else "no"
+
+
+def plateau_rule(low: dict, others: dict) -> tuple:
+    """low = {seed: (S_eval, S_train, final)} of C_low; others = {seed: the highest final of the other COMs};
+    (tests, verdict)."""
+    seeds = sorted(low)
+    mean = lambda k: float(np.mean([low[s][k] for s in seeds]))  # noqa: E731
+    mean_trend = trend(mean(0), mean(1))
+    count = lambda kind: sum(trend(*low[s][:2]) == kind for s in seeds)  # noqa: E731
+    flat = mean_trend == "plateau" and majority([trend(*low[s][:2]) == "plateau" for s in seeds])
+    rising = mean_trend == "still rising" and majority([trend(*low[s][:2]) == "still rising" for s in seeds])
+    below = [le(low[s][2], others[s] - 0.05) for s in seeds]
+    below_mean = le(mean(2), float(np.mean([others[s] for s in seeds])) - 0.05)
+    gains = f"seed-mean S_eval {mean(0):+.4g}, S_train {mean(1):+.4g}"
+    tests = [(f"plateau: C_low's S_eval and S_train <= {FLAT} in the seed mean and >= 2 of 3 seeds",
+              f"{gains}; seeds {count('plateau')}/{len(seeds)}", flat),
+             (f"still rising: C_low's S_eval and S_train >= {STILL_RISING} in the seed mean and >= 2 of 3 seeds",
+              f"{gains}; seeds {count('still rising')}/{len(seeds)}", rising),
+             ("below: C_low's final <= the best other COM's final - 0.05 in the seed mean and >= 2 of 3 seeds",
+              f"seed mean {'holds' if below_mean else 'fails'}; seeds {sum(below)}/{len(seeds)}",
+              below_mean and majority(below))]
+    if flat and below_mean and majority(below):
+        return tests, "yes"
+    if rising:
+        return tests, "no (not shown: still rising)"
+    if flat and not below_mean:
+        return tests, "no (contradicts B26: no premature plateau)"
+    return tests, "not shown"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -377,6 +453,28 @@ def cmd_fig3a(args):
     return rows, tests, verdict
 
 
+def cmd_plateau(args):
+    runs = [r for r in load(args.runs) if last_update(r) >= args.updates]
+    coms = [args.low] + [c for c in args.others if c != args.low]
+    picks = {c: matching(runs, ewma_com=c) for c in coms}
+    seeds = paired({f"COM {g(c)}": v for c, v in picks.items()}, args.seeds)
+    if not seeds:
+        return None
+    rows = [{"COM": g(c), "seed": s, "updates": last_update(picks[c][s]), **late_gains(picks[c][s]),
+             "final": final_of(picks[c][s])} for c in coms for s in seeds]
+    for row in rows:
+        row["trend"] = trend(row["S_eval"], row["S_train"])
+    for c in coms:
+        mine = [r for r in rows if r["COM"] == g(c)]
+        means = {k: float(np.mean([r[k] for r in mine])) for k in ("S_eval", "S_train", "final")}
+        rows.append({"COM": g(c), "seed": "mean", **means, "trend": trend(means["S_eval"], means["S_train"])})
+    by = {(r["COM"], r["seed"]): r for r in rows}
+    low = {s: tuple(by[(g(args.low), s)][k] for k in ("S_eval", "S_train", "final")) for s in seeds}
+    best_other = {s: max(by[(g(c), s)]["final"] for c in coms[1:]) for s in seeds}
+    tests, verdict = plateau_rule(low, best_other)
+    return rows, tests, verdict
+
+
 def cmd_table(args):
     """Every finished run's numbers (the pages' per-seed tables regenerate from the committed runs)."""
     rows = []
@@ -442,7 +540,8 @@ TITLES = {"fig5a": "B26 Fig. 5a (Jax2D, laptop): the COM grid", "fig1a": "B26 Fi
           "fig5b": "B26 Fig. 5b (Jax2D, laptop): PPO's epsilon", "fig2c": "B26 Fig. 2c: median KL to the behaviour "
           "policy, second half", "fig2b": "B26 Fig. 2b: median gradient norm", "fig7a": "B26 Fig. 7a: envs x COM, "
           "at equal updates", "fig8": "B26 Fig. 8: the best run's DDR per budget", "fig3a": "B26 Fig. 3a: reloaded "
-          "with another COM", "table": "B26 Jax2D runs: per-run numbers"}
+          "with another COM", "plateau": "B26 Figs. 1a/5a: the low COM's plateau over the last 80 updates",
+          "table": "B26 Jax2D runs: per-run numbers"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -473,6 +572,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("fig8", parents=[common])
     s.add_argument("--updates", type=int, required=True, help="U: the budgets are U/4, U/2 and U updates")
     s.add_argument("--figure", default="", help="also draw the scatter: PREFIX.png, .pdf, .csv")
+    s = sub.add_parser("plateau", parents=[common])
+    s.add_argument("--low", type=float, required=True, help="the COM whose plateau is tested (C_low)")
+    s.add_argument("--others", type=float, nargs="+", required=True,
+                   help="the higher COMs it must end below (their trends are reported)")
+    s.add_argument("--updates", type=int, required=True, help="U: only runs of at least U updates count")
     sub.add_parser("table", parents=[common])
     s = sub.add_parser("grid")
     s.add_argument("placement", help="the placement JSON of the pilot")
@@ -488,11 +592,13 @@ def main(argv=None) -> int:
             return 0
         if args.command == "fig8" and args.updates < 4:
             raise RuleError(f"--updates {args.updates}: must be at least 4 (budgets U/4, U/2, U)")
+        if args.command == "plateau" and args.updates < LATE:
+            raise RuleError(f"--updates {args.updates}: must be at least {LATE} (the rule reads the last {LATE})")
         result = {"fig5a": lambda: cmd_step_size(args, "fig5a"), "fig1a": lambda: cmd_step_size(args, "fig1a"),
                   "fig5b": lambda: cmd_step_size(args, "fig5b"), "fig2c": lambda: cmd_fig2(args, KL, True),
                   "fig2b": lambda: cmd_fig2(args, GRAD, False), "fig7a": lambda: cmd_fig7a(args),
                   "fig8": lambda: cmd_fig8(args), "fig3a": lambda: cmd_fig3a(args),
-                  "table": lambda: cmd_table(args)}[args.command]()
+                  "plateau": lambda: cmd_plateau(args), "table": lambda: cmd_table(args)}[args.command]()
     except RuleError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -748,3 +748,33 @@ def test_b26_jax2d_fig3a_laptop_starts_from_the_states_fig5a_kept(tmp_path):
     assert "# phase 1: not run" in out.stdout and all("init_from" in r for r in runs)
     assert sorted((r["exp_name"], r["ewma_com"], r["init_from"], r["total_timesteps"], r["seed"]) for r in runs) == [
         ("com4_to_64", "64", low, total, "1"), ("com64_to_4", "4", star, total, "1")]
+
+
+def test_b26_jax2d_plateau_extension_grid(tmp_path):
+    """B26's plateau at 400 updates (SCALE=laptop only): COMs 16, 256 and 1024 x seeds 1-3 in Fig. 5a's setting, to
+    400 updates; a COM and seed whose finished Fig. 5a run kept its final checkpoint continue from it (--init-from),
+    the others start over. A Fig. 5a run without a checkpoint, or one that did not finish, starts nothing."""
+    fig5a_dir = tmp_path / "fig5a"
+
+    def fig5a_run(com, seed, status="finished", ckpt=True):
+        run = fig5a_dir / f"Jax2D-Locomotion-l__ppo_ewma_jax2d__{seed}__{100 + int(com) + seed}"
+        write_finished(run, {"script": "ppo_ewma_jax2d", "args": {"ewma_com": com, "seed": seed, "init_from": None,
+                                                                  "total_timesteps": 64 * 128 * 200}}, status=status)
+        (run / "checkpoints").mkdir()
+        if ckpt:
+            (run / "checkpoints" / "latest.ckpt").write_bytes(b"x")
+        return str(run / "checkpoints" / "latest.ckpt")
+
+    kept = fig5a_run(16.0, 1)
+    fig5a_run(256.0, 2, ckpt=False)
+    fig5a_run(1024.0, 3, status="interrupted")
+    out, runs = laptop_runs("beukman2026_jax2d_plateau", tmp_path, FIG5A_DIR=fig5a_dir)
+    assert len(runs) == 9 and {(r["num_envs"], r["total_timesteps"]) for r in runs} == {("64", str(64 * 128 * 400))}
+    assert sorted((r["ewma_com"], r["seed"]) for r in runs) == sorted(
+        (c, s) for c in ("16", "256", "1024") for s in ("1", "2", "3"))
+    assert [(r["ewma_com"], r["seed"], r["init_from"]) for r in runs if "init_from" in r] == [("16", "1", kept)]
+    for env, words in [(dict(SCALE="paper"), ["SCALE=paper", "laptop"]), (dict(UPDATES="40"), ["UPDATES=40", "80"]),
+                       (dict(COMS="16"), ["COMS=16"]), (dict(FLAGS="--seed 4"), ["--seed"])]:
+        bad = dry_run("beukman2026_jax2d_plateau", **{"SCALE": "laptop", "RUNS_DIR": tmp_path / "x", **env})
+        err = bad.stderr.strip().splitlines()
+        assert bad.returncode == 2 and bad.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 
+import numpy as np
 import pytest
 
 from jax2d_figures import REPO
@@ -336,3 +337,103 @@ def test_laptop_scripts_draw_and_judge_from_their_runs(tmp_path):
     assert groups == {"4", "16", "16 (4)", "4 (16)"}  # B26's legend: COM (starting COM)
     panels = {(r["num_envs"], r["group"]) for r in csv.DictReader(open(out_dir / "beukman2026_fig7a.csv"))}
     assert panels == {(n, f"COM {c}") for n in ("16", "64") for c in (4, 16)}
+
+
+# The plateau rule (B26 Figs. 1a/5a at a longer budget): the last 80 of U2 = 400 updates; evaluations every 20.
+U2 = 400
+
+
+def late_run(root, *, seed, com, gain, level=0.3, train_gain=None, last=U2, first=1, init_from=None):
+    """A run whose evaluations and training solve rate rise linearly by `gain` per 80 updates, ending at `level`
+    (train_gain: the training rate's own gain, else the same)."""
+    per_update = lambda g: g / 80  # noqa: E731
+    t = gain if train_gain is None else train_gain
+    return write_run(root, seed=seed, com=com, first=first, last=last, init_from=init_from,
+                     evals={it: level - per_update(gain) * (last - it) for it in range(first + 19, last + 1, 20)},
+                     train=lambda it: level - per_update(t) * (last - it))
+
+
+def test_plateau_numbers_a_flat_curve_a_rising_one_and_the_margin(tmp_path):
+    """S = 80 x the fitted slope over the last 80 updates: 0 for a flat curve, the gain for a linear one, on the
+    evaluations (U-80..U) and on the pooled training windows alike; trend: both <= 0.02 a plateau, both >= 0.05 still
+    rising, else neither, so a gain of 0.03 is neither and the margin decides it."""
+    from cleanrl_scaling.utils.aggregate import load_runs
+    for name, gain, train_gain in (("flat", 0.0, None), ("rising", 0.2, None), ("slight", 0.03, None),
+                                   ("mixed", 0.0, 0.1)):
+        late_run(tmp_path / name, seed=1, com=16.0, gain=gain, train_gain=train_gain)
+    gains = {name: rule.late_gains(load_runs([str(tmp_path / name)])[0]) for name in ("flat", "rising", "slight",
+                                                                                       "mixed")}
+    assert gains["flat"]["S_eval"] == pytest.approx(0.0, abs=1e-12)
+    assert gains["flat"]["S_train"] == pytest.approx(0.0, abs=1e-12)
+    assert gains["rising"]["S_eval"] == pytest.approx(0.2) and gains["rising"]["S_train"] == pytest.approx(0.2)
+    assert math.isnan(gains["flat"]["SE(S_eval)"])  # these runs logged no charts/solve_rate_se
+    trends = {name: rule.trend(g["S_eval"], g["S_train"]) for name, g in gains.items()}
+    assert trends == {"flat": "plateau", "rising": "still rising", "slight": "neither", "mixed": "neither"}
+    assert rule.trend(gains["slight"]["S_eval"], gains["slight"]["S_train"], flat=0.04) == "plateau"
+    assert rule.trend(gains["slight"]["S_eval"], gains["slight"]["S_train"], rising=0.025) == "still rising"
+    # five evaluations 20 apart with SE 0.02 each: SE(S) = 80 x 0.02 x sqrt(sum w^2), w = (-40..40)/4000
+    x = np.arange(320.0, 401.0, 20.0)
+    s, se = rule.slope_gain(x, 0.1 + 0.001 * x, np.full(5, 0.02))
+    assert s == pytest.approx(0.08) and se == pytest.approx(80 * 0.02 * math.sqrt(1 / 4000))
+
+
+@pytest.mark.parametrize("low_gain, low_level, verdict", [
+    (0.0, 0.1, "yes"),  # flat, 0.2 below COM 256's final
+    (0.1, 0.1, "no (not shown: still rising)"),
+    (0.0, 0.29, "no (contradicts B26: no premature plateau)"),  # flat, but within 0.05 of the others
+    (0.03, 0.1, "not shown"),  # neither flat nor rising
+])
+def test_plateau_rule_verdicts(low_gain, low_level, verdict, tmp_path, capsys):
+    """COM 4 is C_low; COMs 16 and 64 end at 0.3 and 0.25 (final = mean of the last three evaluations). Runs shorter
+    than --updates do not count (a 200-update run of COM 4 that plateaus far below is left out)."""
+    for seed in (1, 2, 3):
+        late_run(tmp_path, seed=seed, com=4.0, gain=low_gain, level=low_level)
+        late_run(tmp_path, seed=seed, com=16.0, gain=0.2, level=0.3)
+        late_run(tmp_path, seed=seed, com=64.0, gain=0.1, level=0.25)
+        write_run(tmp_path, seed=seed, com=4.0, evals=[0.0] * 10, last=U, exp_name="short")  # newest, but shorter
+    code, text, rows = judge(capsys, "plateau", tmp_path, "--low", 4, "--others", 16, 64, "--updates", U2,
+                             "--out", tmp_path / "t")
+    assert code == 0 and verdict_of(text) == verdict, text
+    low = [r for r in rows if r["COM"] == "4" and r["seed"] != "mean"]
+    assert len(low) == 3 and all(r["updates"] == "400" for r in low)
+    assert float(low[0]["S_eval"]) == pytest.approx(low_gain, abs=1e-9)
+    assert rule.main(["plateau", str(tmp_path), "--low", "4", "--others", "16", "--updates", "40"]) == 2
+
+
+def test_plateau_rule_reads_an_extension_from_a_checkpoint(tmp_path, capsys):
+    """A run continued from a 200-update run's checkpoint logs updates 201-400 only: its last 80 updates are all
+    there, so it is judged as a run of 400."""
+    for seed in (1, 2, 3):
+        late_run(tmp_path, seed=seed, com=4.0, gain=0.0, level=0.1, first=201)
+        late_run(tmp_path, seed=seed, com=16.0, gain=0.2, level=0.3, first=201)
+    code, text, _ = judge(capsys, "plateau", tmp_path, "--low", 4, "--others", 16, "--updates", U2)
+    assert code == 0 and verdict_of(text) == "yes", text
+
+
+def test_plateau_script_draws_and_judges_its_runs(tmp_path):
+    """SCALE=laptop DRAW_ONLY=1 bash benchmark/beukman2026_jax2d_plateau.sh on made-up runs: COM 16 flat at 0.1 over
+    its last 80 updates, COMs 256 and 1024 rising to 0.3 (yes). Seed 1's COM 16 continued from its Fig. 5a run's
+    checkpoint (updates 201-400 only): its line starts with the Fig. 5a run's, as the runs started over do."""
+    import subprocess
+    from jax2d_figures import script_env
+    source = late_run(tmp_path / "5a", seed=1, com=16.0, gain=0.0, level=0.1, last=U)
+    for seed in (1, 2, 3):
+        extension = dict(first=201, init_from=str(source / "checkpoints" / "latest.ckpt")) if seed == 1 else {}
+        run = late_run(tmp_path / "plateau", seed=seed, com=16.0, gain=0.0, level=0.1, **extension)
+        for com in (256.0, 1024.0):
+            late_run(tmp_path / "plateau", seed=seed, com=com, gain=0.2, level=0.3)
+        for path in (tmp_path / "plateau").iterdir():  # the runs' budget, as their config.json records it
+            config = json.loads((path / "config.json").read_text())
+            config["args"]["total_timesteps"] = 64 * 128 * U2
+            (path / "config.json").write_text(json.dumps(config))
+    assert run.exists()
+    env = script_env(SCALE="laptop", DRAW_ONLY=1, RUNS_DIR=tmp_path / "plateau", OUT_DIR=tmp_path / "fig",
+                     FIG5A_DIR=tmp_path / "5a")
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "beukman2026_jax2d_plateau.sh")], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    rows = list(csv.DictReader(open(tmp_path / "fig" / "beukman2026_jax2d_plateau_rule.csv")))
+    assert rows[0]["verdict"] == "yes" and {r["COM"] for r in rows} == {"16", "256", "1024"}
+    curve = [r for r in csv.DictReader(open(tmp_path / "fig" / "beukman2026_jax2d_plateau.csv"))
+             if r["group"] == "COM 16"]
+    assert min(float(r["x"]) for r in curve) == 20 * 64 * 128 and all(r["n"] == "3" for r in curve)
