@@ -38,3 +38,13 @@ figure fig1a "num_envs num_steps" "N={num_envs} T={num_steps}"
 "$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" \
   --arm "32x32 (4x N): num_envs=32 num_steps=32" --arm "128x8 (16x N): num_envs=128 num_steps=8" \
   --out "$OUT_DIR/mayor2025_fig1a_rule"
+# Post hoc, added after the runs (not part of the rule above): M25 Figs. 3-4's network metrics of these runs at equal
+# samples, updates, minibatch and learning-rate schedule (N x T = 1024 in every arm), each arm against 8x128 in M25's
+# direction, with the same test (mayor2025_fig1b.sh applies it to the batch x4 arms).
+for tag in diagnostics/feature_rank diagnostics/dormant_frac diagnostics/weight_norm diagnostics/grad_kurtosis \
+           diagnostics/policy_variance diagnostics/ess_pct; do
+  m=${tag#diagnostics/}; DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
+  "$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" --metric "$tag" ${DOWN[@]+"${DOWN[@]}"} \
+    --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" --arm "32x32 (4x N): num_envs=32 num_steps=32" \
+    --arm "128x8 (16x N): num_envs=128 num_steps=8" --out "$OUT_DIR/mayor2025_fig1a_network_$m"
+done
