@@ -1,5 +1,6 @@
 """docs/reproducing/runs/ (the finished runs behind the reproduction pages, committed as they end): every run there
-is whole and finished, so the launcher's --skip-finished counts it and a page's rule reads all of it."""
+is whole and finished, so the launcher's --skip-finished counts it and a page's rule reads all of it; a run a later
+extension may continue also keeps its final checkpoint, and nothing else."""
 import json
 import os
 
@@ -18,7 +19,11 @@ def test_the_folder_has_runs_and_says_what_they_are():
 
 @pytest.mark.parametrize("run", RUNS, ids=[os.path.relpath(r, ROOT) for r in RUNS])
 def test_each_run_is_finished_whole_and_matchable(run):
-    assert sorted(os.listdir(run)) == ["config.json", "metrics.jsonl", "summary.json"], "only what the pages read"
+    kept = sorted(os.listdir(run))  # what the pages read, and the final state a later extension continues from
+    assert kept in (["config.json", "metrics.jsonl", "summary.json"],
+                    ["checkpoints", "config.json", "metrics.jsonl", "summary.json"]), kept
+    if "checkpoints" in kept:
+        assert os.listdir(os.path.join(run, "checkpoints")) == ["latest.ckpt"], "only the final checkpoint"
     assert run_status(run) == "finished"
     config = json.load(open(os.path.join(run, "config.json")))
     flags = parse_flags(config["argv"])  # --skip-finished matches a grid point by these
