@@ -351,17 +351,20 @@ def identity(run: Run) -> str:
 
 
 def differing_flags(runs: list) -> list:
-    """The flags whose values differ between runs, seed and task aside: the fewest that split the runs as all of them
-    do, the flags given on the command line (config.json "argv") first, so that a derived value (batch_size from
-    num_envs x num_steps) is named only where the given ones do not already tell the runs apart."""
+    """The flags that tell the runs apart, seed and task aside: every varying flag given on the command line
+    (config.json "argv"), then only those other varying values that split the runs further, so that a derived value
+    (batch_size from num_envs x num_steps) is named only where the given flags do not already tell the runs apart."""
     flags = [training_flags(r) for r in runs]
     given = {k for r in runs for k in parse_flags_of(r)}
     names = flags_that_vary(runs)
-    chosen, blocks = [], 1
-    for key in [k for k in names if k in given] + [k for k in names if k not in given]:
-        split = len({tuple(json.dumps(f.get(k), sort_keys=True, default=str) for k in chosen + [key]) for f in flags})
-        if split > blocks:
-            chosen, blocks = chosen + [key], split
+    chosen = [k for k in names if k in given]
+
+    def blocks(keys):
+        return len({tuple(json.dumps(f.get(k), sort_keys=True, default=str) for k in keys) for f in flags})
+
+    for key in [k for k in names if k not in given]:
+        if blocks(chosen + [key]) > blocks(chosen):
+            chosen.append(key)
     return chosen
 
 
