@@ -4,7 +4,7 @@
 # The figure: charts/solve_rate against environment steps, one line per epsilon.
 # Our choice, not the paper's: the epsilons, the budget (100M steps), 5 seeds.
 # Scale: the paper's budgets need a GPU; on a CPU lower TOTAL and FLAGS="--num-envs ...".
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
 #   (benchmark/_beukman2026_jax2d_main.sh: 16 tasks of --task-seed 31, 64 envs x 128 steps, 32 minibatches x 8
 #   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, seeds 1 2 3), plain PPO (COM 0) at EPSILONS
 #   (0.1,0.2,0.4,0.8: x2 apart around Table 2's 0.2), U updates from the pilot's placement (PLACEMENT, or U). Runs
