@@ -31,7 +31,7 @@ source "$(dirname "$0")/_beukman2026_common.sh"
 EPSILON_LIST=0.05,0.1,0.2,0.4,0.6,0.8
 if [[ "$SCALE" == laptop ]]; then
   jax2d_grid FIG5B U
-  [[ "$FIG5B" == 1 ]] || { echo "# Fig. 5b skipped (FIG5B=0: the placement's fig5b, $PLACEMENT, unless given): the \
+  [[ "$FIG5B" == 1 ]] || { DRAWS_NOTHING=1; echo "# Fig. 5b skipped (FIG5B=0: the placement's fig5b, $PLACEMENT, unless given): the \
 pilot's epsilon 0.8 did not plateau against 0.2 (docs/reproducing/beukman2026_jax2d_design.md); FIG5B=1 runs it"; exit 0; }
   EPSILON_LIST=${EPSILONS:-0.1,0.2,0.4,0.8}; E_STAR=${E_STAR:-0.2}
   [[ "$EPSILON_LIST" =~ ^[0-9.]+(,[0-9.]+)+$ ]] || die "EPSILONS=$EPSILON_LIST: must be two or more comma-separated epsilons"
