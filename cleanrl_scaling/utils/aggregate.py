@@ -9,9 +9,10 @@
     python -m cleanrl_scaling.utils.aggregate table   RUNS...   (charts/episodic_return; one row per task and setup)
 
 Runs are grouped by configuration (exp_name plus the --group-by keys of config.json, spelt learning_rate or
-learning-rate; table without --group-by: every flag that differs between the runs) and by env_id (the task). Curves: per run, the mean of the values logged at each step (then --smooth),
-interpolated onto one x grid; the mean over seeds and a band: the seeds' range below 5 seeds, a 95% Student-t CI
-from 5, clipped to the metric's range (--band). A run's "final" score: the mean of the values (episodes) logged in
+learning-rate; table without --group-by: every flag that differs between the runs) and by env_id (the task).
+Curves: per run, the mean of the values logged at each step (then --smooth), interpolated onto one x grid; the mean
+over seeds and a band: the seeds' range below 5 seeds, a 95% Student-t CI from 5, clipped to the metric's range
+(--band). A run's "final" score: the mean of the values (episodes) logged in
 the last 10% of its total steps. IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
 CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable, with its 50,000 replicates by default).
 Scatter --budget-iterations 50,100,200 cuts every run at those updates: one dot per run and budget (B26 Fig. 8).
