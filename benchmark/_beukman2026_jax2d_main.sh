@@ -1,5 +1,5 @@
 # Sourced by the SCALE=laptop branches of benchmark/beukman2026_fig{5a,5b,7,8,3a}.sh before _beukman2026_common.sh:
-# issue 39's main runs on Jax2D (docs/reproducing/beukman2026_jax2d_design.md). Our choices, not the paper's:
+# The laptop design's main runs on Jax2D (docs/reproducing/beukman2026_jax2d_design.md). Our choices, not the paper's:
 #   - the common setting: the first 16 tasks of --task-seed 31, 64 envs x 128 steps (8,192 steps per update), B26's
 #     inner loop (32 minibatches x 8 epochs) and Table 2's other values (the script's defaults), evaluation every 20
 #     updates with 20 sampled episodes per task (320 episodes), diagnostics every 10 updates, seeds 1 2 3;

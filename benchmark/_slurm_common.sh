@@ -11,6 +11,7 @@
 # The launcher leaves out grid points still queued or running as array tasks of the same job name (squeue), so a
 # rerun never starts a second copy of a run that is running as a job; a timed-out or preempted run is continued by
 # RESUME=1 from its checkpoint (the templates say --no-requeue).
+source benchmark/_dry_run.sh  # DRY_RUN=1 also lists the figures the script will draw
 slurm_die() { echo "error: $*" >&2; exit 2; }
 slurm_count() {  # slurm_count NAME VALUE: a non-negative integer
   [[ "$2" =~ ^[0-9]+$ ]] || slurm_die "$1=$2: must be a non-negative integer"

@@ -8,7 +8,7 @@
 # reloaded run's line starts at the switch (the state it was reloaded from).
 # Our choice, not the paper's: the COMs 2 and 32, the budgets (50M then 100M steps), 5 seeds.
 #   SCALE=paper (default): B26 Table 2 on all 512 tasks, 50M then 100M steps, 5 seeds: GPU scale.
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
 #   (benchmark/_beukman2026_jax2d_main.sh: 16 tasks of --task-seed 31, 64 envs x 128 steps, 32 minibatches x 8
 #   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, seeds 1 2 3); phase 1 at C_LOW (the pilot's
 #   plateauing COM) and C_STAR for U/2 updates, phase 2 only the two switched reloads (com{C_LOW}_to_{C_STAR},

@@ -7,7 +7,7 @@
 # Pages: docs/ppo_ewma_jax2d.md, docs/reproducing/beukman2026_fig1a_fig5a.md
 # Our choice, not the paper's: the COMs (B26 does not list Fig. 5a's), the budget, the seeds.
 #   SCALE=paper (default): all 512 tasks, B26 Table 2 (2048 envs x 256 steps), COMs 1-64, 100M steps, 5 seeds: GPU scale.
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): the common setting of
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): the common setting of
 #   benchmark/_beukman2026_jax2d_main.sh (16 tasks of --task-seed 31, 64 envs x 128 steps, 32 minibatches x 8
 #   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, diagnostics every 10, seeds 1 2 3), the
 #   pilot's COM grid C_LOW..C_HIGH in x4 steps (COMS) and U updates (PLACEMENT, or COMS, C_LOW, C_STAR, C_HIGH, U):

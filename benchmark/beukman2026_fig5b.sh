@@ -4,7 +4,7 @@
 # The figure: charts/solve_rate against environment steps, one line per epsilon.
 # Our choice, not the paper's: the epsilons, the budget (100M steps), 5 seeds.
 # Scale: the paper's budgets need a GPU; on a CPU lower TOTAL and FLAGS="--num-envs ...".
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): Fig. 5a's laptop setting
 #   (benchmark/_beukman2026_jax2d_main.sh: 16 tasks of --task-seed 31, 64 envs x 128 steps, 32 minibatches x 8
 #   epochs, Table 2, evaluation every 20 updates x 20 episodes per task, seeds 1 2 3), plain PPO (COM 0) at EPSILONS
 #   (0.1,0.2,0.4,0.8: x2 apart around Table 2's 0.2), U updates from the pilot's placement (PLACEMENT, or U). Runs
@@ -31,7 +31,7 @@ source "$(dirname "$0")/_beukman2026_common.sh"
 EPSILON_LIST=0.05,0.1,0.2,0.4,0.6,0.8
 if [[ "$SCALE" == laptop ]]; then
   jax2d_grid FIG5B U
-  [[ "$FIG5B" == 1 ]] || { echo "# Fig. 5b skipped (FIG5B=0: the placement's fig5b, $PLACEMENT, unless given): the \
+  [[ "$FIG5B" == 1 ]] || { DRAWS_NOTHING=1; echo "# Fig. 5b skipped (FIG5B=0: the placement's fig5b, $PLACEMENT, unless given): the \
 pilot's epsilon 0.8 did not plateau against 0.2 (docs/reproducing/beukman2026_jax2d_design.md); FIG5B=1 runs it"; exit 0; }
   EPSILON_LIST=${EPSILONS:-0.1,0.2,0.4,0.8}; E_STAR=${E_STAR:-0.2}
   [[ "$EPSILON_LIST" =~ ^[0-9.]+(,[0-9.]+)+$ ]] || die "EPSILONS=$EPSILON_LIST: must be two or more comma-separated epsilons"

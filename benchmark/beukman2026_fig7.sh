@@ -7,7 +7,7 @@
 # value in FLAGS); TOTAL does not apply and is refused.
 # Our choice, not the paper's: the env counts, COMs, epsilons, ITERATIONS (200), 5 seeds.
 # Scale: the paper's budgets need a GPU; on a CPU lower ITERATIONS and NUM_ENVS_LIST.
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): Fig. 7a only, N = 16 envs (2,048 steps
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): Fig. 7a only, N = 16 envs (2,048 steps
 #   per update, 32 minibatches of 64) against N = 64 (the Fig. 5a laptop runs, read from FIG5A_DIR, not rerun), at a
 #   weak COM C_STAR/4 and a strong one C_STAR, U updates each (C_STAR and U from the pilot's placement, PLACEMENT, or
 #   given); Fig. 5a's setting otherwise (benchmark/_beukman2026_jax2d_main.sh), seeds 1 2 3; x axis = the update.

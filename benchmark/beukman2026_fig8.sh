@@ -6,7 +6,7 @@
 # The budgets are a list (BUDGETS); TOTAL does not apply and is refused.
 # Our choice, not the paper's: the budgets (25M, 100M, 400M steps), COMs, epsilons, 5 seeds.
 # Scale: the paper's budgets need a GPU; on a CPU lower BUDGETS and FLAGS="--num-envs ...".
-#   SCALE=laptop (issue 39, docs/reproducing/beukman2026_jax2d_design.md): no new runs. The dots are the Fig. 5a
+#   SCALE=laptop (docs/reproducing/beukman2026_jax2d_design.md): no new runs. The dots are the Fig. 5a
 #   (COM) and Fig. 5b (epsilon) laptop runs (FIG5A_DIR, FIG5B_DIR: 64 envs x 128 steps, U updates from the pilot's
 #   placement, PLACEMENT, or U), and the budgets are their prefixes: a run's first U/4, U/2 and U updates (with a
 #   constant learning rate nothing before update k depends on the budget; to be checked on one pair of runs before

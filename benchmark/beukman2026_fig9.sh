@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# B26 Figs. 9, 13, 14 (Jax2D locomotion, ppo_ewma_jax2d.py): the scaling recipes (SPEC §3) as num_envs grows from the
+# B26 Figs. 9, 13, 14 (Jax2D locomotion, ppo_ewma_jax2d.py): the scaling recipes (docs/scaling.md) as num_envs grows from the
 # 2048-env base: more minibatches (B26's advice) against larger minibatches and the sqrt lr rule. One set of runs,
 # three figures: Fig. 9 charts/solve_rate against steps (one panel per num_envs), Fig. 13 steps per second (the last
 # charts/SPS of each run) against num_envs, Fig. 14 the final solve rate against num_envs. Page: docs/ppo_ewma_jax2d.md

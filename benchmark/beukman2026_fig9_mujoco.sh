@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # B26 Figs. 9, 13, 14 on MuJoCo (a substitute domain: B26 ran Jax2D; this is the continuous-control check B26 does not
-# have): the scaling recipes (SPEC §3, docs/scaling.md) as N grows from the 64-env base of _mujoco_recipes_common.sh.
+# have): the scaling recipes (docs/scaling.md) as N grows from the 64-env base of _mujoco_recipes_common.sh.
 #   more-minibatches    the base's 64-sample minibatches, N/64 times as many (B26's advice)
 #   larger-minibatches  the base's 32 minibatches, each N/64 times larger, same lr
 #   sqrt-lr             as larger-minibatches with lr x sqrt(N/64)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# B26 on Jax2D, issue 39's pilot (ppo_ewma_jax2d.py): a few short runs on a task set the main runs do not use, to
+# B26 on Jax2D, the laptop design's pilot (ppo_ewma_jax2d.py): a few short runs on a task set the main runs do not use, to
 # place the main runs' COM grid (Figs. 5a/1a/2b/2c, 7a, 3a) so that it brackets the best COM under B26's inner loop,
 # with a COM that plateaus (learns, then stops) below it and one still rising slowly at the end above it (B26 §4.1).
 # Design and the main runs' rules: docs/reproducing/beukman2026_jax2d_design.md. The figure: charts/train_solve_rate

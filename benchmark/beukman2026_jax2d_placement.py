@@ -1,4 +1,4 @@
-"""Issue 39's placement rule: from the Jax2D pilot's runs, the main runs' COM grid, budget and figure choices, by the
+"""The placement rule of B26's Jax2D pilot: from its runs, the main runs' COM grid, budget and figure choices, by the
 rule in benchmark/beukman2026_jax2d_pilot.sh's header (written before the pilot ran; the design:
 docs/reproducing/beukman2026_jax2d_design.md).
 

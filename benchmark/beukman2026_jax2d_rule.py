@@ -1,4 +1,4 @@
-"""The pre-set rules of B26's Jax2D laptop runs (issue 39; docs/reproducing/beukman2026_jax2d_design.md), one
+"""The pre-set rules of B26's Jax2D laptop runs (docs/reproducing/beukman2026_jax2d_design.md), one
 subcommand per figure, judged from finished run directories; each prints every seed's numbers and the verdict.
 
     python benchmark/beukman2026_jax2d_rule.py fig5a RUNS_DIR... --low C_LOW --star C_STAR --high C_HIGH [--out PREFIX]

@@ -1,5 +1,6 @@
 """The per-figure table of docs/cluster.md, from each figure script's DRY_RUN=1 SLURM=1 output (its real grid):
-runs, steps per run, the Slurm arrays it submits, and a cost estimate from a rate whose source is named.
+runs, steps per run, the Slurm arrays it submits, and a cost estimate from the rates of cleanrl_scaling/utils/preview.py
+(the ones a dry run prints).
 
     python benchmark/cluster_table.py > /tmp/table.md     # then paste into docs/cluster.md
 """
@@ -12,6 +13,7 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from cleanrl_scaling.utils.preview import RATES, human  # noqa: E402
 from cleanrl_scaling.utils.rundirs import parse_flags  # noqa: E402
 
 # figure scripts that run a grid of their own (fig16 and fig20 run fig15's and fig11's)
@@ -22,18 +24,6 @@ FIGURES = ["beukman2026_fig1b", "beukman2026_fig2a", "beukman2026_fig3b", "beukm
            "mayor2025_fig1a", "mayor2025_fig1b", "mayor2025_fig1c", "mayor2025_fig2", "mayor2025_fig5",
            "mayor2025_fig6", "mayor2025_fig7", "mayor2025_fig9", "mayor2025_fig11", "mayor2025_fig12",
            "mayor2025_fig13", "mayor2025_fig8_mujoco", "honari2025_minibatch", "honari2025_nxt"]
-
-# training script -> (steps per second of one run, what that second costs, source)
-RATES = {
-    "ppo_atari_envpool.py": (1e8 / (2.5 * 86400), "GPU", "paper: M25 §3, one A100, 2-3 days per 100M-step run"),
-    "pqn_atari.py": (1e8 / (2.5 * 86400), "GPU", "paper: M25 §3, one A100, 2-3 days per 100M-step run"),
-    "ppo_procgen.py": (85.7 / 2, "CPU core", "measured here: 85.7 SPS on 2 cores (docs/ppo_procgen.md)"),
-    "ppo_continuous_mujoco.py": (1200, "CPU core",
-                                 "measured here: ~1.2k SPS on 1 core (docs/ppo_continuous_mujoco.md)"),
-    "ppo_ewma_jax2d.py": (663 / 2, "CPU core", "measured here: 663 SPS on 2 cores (docs/ppo_ewma_jax2d.md)"),
-    "sfl_kinetix_jax.py": (2431, "CPU core", "measured here: 2,431 SPS on 1 core (docs/sfl_kinetix_jax.md)"),
-    "noisy_sgd.py": (None, "", "seconds on 1 core"),
-}
 
 
 def dry_run(figure: str) -> str:
@@ -57,32 +47,30 @@ def grid(text: str) -> dict:
             "arrays": [(name, int(nodes or 1)) for name, nodes in arrays]}
 
 
-def human(n: float) -> str:
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{n:g}"
-
-
 def row(figure: str, g: dict) -> str:
     script = g["script"][0] if len(g["script"]) == 1 else "/".join(g["script"])
-    rate, unit, _ = RATES.get(g["script"][0], (None, "", ""))
-    cost = f"{g['total'] / rate / 3600:,.0f} {unit}-h" if rate else "minutes"
+    rate = RATES.get(g["script"][0])
+    hours = g["total"] / rate.cpu / 3600 if rate else None
+    cpu = "?" if hours is None else "<1" if hours < 0.5 else f"{hours:,.0f}"
+    gpu = "—"
+    if rate and rate.gpu_days_per_100m:
+        low, high = (days * 24 * g["total"] / 1e8 for days in rate.gpu_days_per_100m)
+        gpu = f"{low:,.0f}–{high:,.0f}"
     steps = " – ".join(human(s) for s in (g["steps"][0], g["steps"][-1]) if s) if g["steps"] else "?"
     steps = human(g["steps"][0]) if len(g["steps"]) == 1 else steps
     arrays = ", ".join(f"{name} ({nodes} nodes)" if nodes > 1 else name for name, nodes in g["arrays"])
-    return f"| `{figure}.sh` | {g['runs']} | `{script}` | {steps} | {human(g['total'])} | {cost} | {arrays} |"
+    return f"| `{figure}.sh` | {g['runs']} | `{script}` | {steps} | {human(g['total'])} | {cpu} | {gpu} | {arrays} |"
 
 
 def main() -> None:
-    print("| figure script | runs | training script | steps per run | steps in all | estimate (rate below) "
-          "| Slurm arrays (job names) |")
-    print("|---|---:|---|---|---:|---:|---|")
+    print("| figure script | runs | training script | steps per run | steps in all | CPU core-hours (measured rate) "
+          "| GPU-hours (paper's run time) | Slurm arrays (job names) |")
+    print("|---|---:|---|---|---:|---:|---:|---|")
     for figure in FIGURES:
         print(row(figure, grid(dry_run(figure))), flush=True)
-    print("\n| training script | rate of one run | source |\n|---|---|---|")
-    for script, (rate, unit, source) in RATES.items():
-        print(f"| `{script}` | {f'{rate:,.0f} steps per {unit}-second' if rate else '—'} | {source} |")
+    print("\n| training script | steps per CPU core-second | measured | GPU time (paper) |\n|---|---:|---|---|")
+    for script, rate in RATES.items():
+        print(f"| `{script}` | {rate.cpu:,.0f} | {rate.source} | {rate.gpu_source or '—'} |")
 
 
 if __name__ == "__main__":

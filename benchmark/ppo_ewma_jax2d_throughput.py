@@ -1,4 +1,4 @@
-"""Throughput and memory of ppo_ewma_jax2d.py on this machine (issue 4 targets).
+"""Throughput and memory of ppo_ewma_jax2d.py on this machine.
 
 For each num_envs: random-action rollout SPS (the environment alone), training SPS (rollout + GAE + update, the
 same jitted chunk the script runs) and their ratio; the compiled training program's memory from XLA's memory

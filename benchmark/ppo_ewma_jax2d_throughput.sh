@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput and memory of ppo_ewma_jax2d.py (issue 4 targets): random-action rollout SPS vs training SPS at the
+# Throughput and memory of ppo_ewma_jax2d.py: random-action rollout SPS vs training SPS at the
 # same num_envs, and the memory of the compiled 256-step training program for a num_envs sweep.
 #   bash benchmark/ppo_ewma_jax2d_throughput.sh [--num-envs 128 512] [--mem-envs 2048 8192]
 # Takes the machine's quiet lock (/tmp/cleanrl_quiet) for at most 8 minutes (run it once without the lock first to fill the compilation cache); /usr/bin/time -v reports peak RSS.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU learning check of sfl_kinetix_jax.py (issue 11; docs/sfl_kinetix_jax.md#learning-on-this-machine):
+# The CPU learning check of sfl_kinetix_jax.py (docs/sfl_kinetix_jax.md#learning-on-this-machine):
 # Kinetix 's' random levels, SFL against --no-sfl (Kinetix's domain-randomisation baseline) at the same budget,
 # SEEDS ("1 2"), WORKERS runs at a time (1; 2 on a 2-core machine), through the launcher (--skip-finished: rerun the
 # command to continue or to redraw). Then the random-level solve rate against steps

@@ -1,4 +1,4 @@
-"""Host work of sfl_kinetix_jax.py as N grows (issue 36, item 9): does the host loop's own work per update stay flat
+"""Host work of sfl_kinetix_jax.py as N grows: does the host loop's own work per update stay flat
 while the devices' work grows with the number of envs?
 
 Part 1, for N = 1,024, 4,096, 16,384 envs (each in its own process under /usr/bin/time -v, 8 forced CPU devices):
@@ -13,7 +13,7 @@ updates 2 and 3 it reports the mean of
   - host time per update = wall - device: Python, the un-jitted jnp ops, host <-> device copies and logging, split
     into making the fresh levels (fresh_levels' wall minus its programs), writing log rows (RunLogger.log: one row per
     finished episode up to 1,024 an iteration, then one row of aggregates, plus the iteration's scalars) and the rest;
-plus the process's peak RSS and how many compiled calls an update made. The rule (issue 36): host time at 16k
+plus the process's peak RSS and how many compiled calls an update made. The rule: host time at 16k
 within 1.5x of host time at 1k while device time grows. It is judged on host time without the log rows: those are
 bounded by construction (at most 1,024 episode rows an iteration, so they rise from 1k to 4k envs and drop to one
 row once more than 1,024 episodes end), and a row costs a hand-off to TensorBoard's writer thread, whose timing the

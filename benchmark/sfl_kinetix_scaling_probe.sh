@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Host work per update of sfl_kinetix_jax.py against the number of envs (issue 36, item 9), via
+# Host work per update of sfl_kinetix_jax.py against the number of envs, via
 # sfl_kinetix_scaling_probe.py:
 #   1. N = 1,024, 4,096, 16,384 envs (MLP, 's', 16-step rollouts, 8 forced CPU devices, each N its own process under
 #      /usr/bin/time -v): wall, device (inside the compiled programs) and host (wall - device) time per update and peak

@@ -1,4 +1,4 @@
-"""Throughput and filtering cost of sfl_kinetix_jax.py on this machine (issue 11 targets).
+"""Throughput and filtering cost of sfl_kinetix_jax.py on this machine.
 
 For each num_envs (MLP network): random-action rollout SPS on the same levels (the environment alone), training SPS
 (the script's jitted chunk: level assignment, rollout, GAE, update) and their ratio (target >= 0.70), and the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput, filtering cost, compile time and memory of sfl_kinetix_jax.py (issue 11 targets):
+# Throughput, filtering cost, compile time and memory of sfl_kinetix_jax.py:
 #   1. sfl_kinetix_throughput.py: random-action rollout SPS vs training SPS at the same num_envs (MLP network,
 #      target ratio >= 0.70), compile times, and the share of wall time SFL's filtering takes at the 2048 preset
 #      (extrapolated from measured per-level and per-step costs);

@@ -522,8 +522,8 @@ def test_series_put_both_grown_arms_on_one_axis_and_relabel_renames(tmp_path):
     got = {(r["group"], int(r["batch_size"])): float(r["mean"]) for r in read_csv(f"{out}.csv")}
     assert got == {("through N", 2048): 10.0, ("through N", 32768): 4.0, ("through T", 2048): 10.0,
                    ("through T", 32768): 6.0}
-    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--group-by", "num_envs", "--label",
-                           "{num_envs}", "--relabel", "1024->N 1024", "--out", str(out)]) == 0
+    assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--filter", "num_steps=32", "--group-by",
+                           "num_envs", "--label", "{num_envs}", "--relabel", "1024->N 1024", "--out", str(out)]) == 0
     assert [r["group"] for r in read_csv(f"{out}.csv")] == ["64", "N 1024"]
     assert aggregate.main(["table", str(runs), "--metric", "charts/r", "--relabel", "no arrow", "--out", str(out)]) == 2
 
@@ -595,3 +595,51 @@ def test_curves_join_a_reloaded_run_to_the_state_it_started_from(tmp_path):
     assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "exp_name",
                            "--out", str(plain)]) == 0
     assert min(float(r["x"]) for r in read_csv(f"{plain}.csv") if r["group"] == "com16_to_1024") == 50.0
+
+
+def table_runs(root, pairs):
+    """Runs of Pong-v5 at (num_envs, seed, final return); batch_size follows num_envs as the scripts derive it."""
+    for num_envs, seed, final in pairs:
+        write_run(root, "Pong-v5", "ppo", seed, [(s, {"charts/episodic_return": final}) for s in (0, 100)],
+                  num_envs=num_envs, num_steps=128, batch_size=num_envs * 128, learning_rate=2.5e-4)
+
+
+def test_table_without_group_by_splits_every_setup_and_counts_each_seed_once(tmp_path, capsys):
+    """Runs at 16 and 256 envs are two setups: two rows named by the flag the user varied (num_envs, not the derived
+    batch_size), each seed once; the metric defaults to the episodic return."""
+    runs = tmp_path / "runs"
+    table_runs(runs, [(16, 1, 1.0), (16, 2, 3.0), (256, 1, 10.0), (256, 2, 20.0)])
+    for path in runs.iterdir():  # the scripts record the flags they were started with
+        config = json.loads((path / "config.json").read_text())
+        config["argv"] = ["--num-envs", str(config["args"]["num_envs"]), "--seed", str(config["args"]["seed"])]
+        (path / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "t"
+    assert aggregate.main(["table", str(runs), "--out", str(out)]) == 0
+    rows = read_csv(f"{out}.csv")
+    assert [(r["group"], r["seeds"], float(r["mean"])) for r in rows] == \
+        [("num_envs=16", "1:1 2:3", 2.0), ("num_envs=256", "1:10 2:20", 15.0)]
+    assert rows[0]["metric"] == "charts/episodic_return"
+    assert "grouped by num_envs" in capsys.readouterr().err
+
+
+def test_table_refuses_to_count_a_seed_twice(tmp_path, capsys):
+    """--group-by learning_rate would pool 16 and 256 envs as one row holding seed 1 twice: exit 2, one line naming
+    the flag that tells the runs apart; --keep-duplicates reruns likewise."""
+    runs = tmp_path / "runs"
+    table_runs(runs, [(16, 1, 0.0), (256, 1, 0.0)])
+    capsys.readouterr()
+    assert aggregate.main(["table", str(runs), "--group-by", "learning_rate", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed 1 twice" in err and "num_envs" in err and "--group-by" in err
+    assert not (tmp_path / "t.csv").exists()
+    rerun = tmp_path / "rerun"
+    table_runs(rerun, [(16, 1, 0.0), (16, 1, 1.0)])
+    assert aggregate.main(["table", str(rerun), "--keep-duplicates", "--out", str(tmp_path / "t")]) == 2
+    assert "drop --keep-duplicates" in capsys.readouterr().err
+
+
+def test_table_help_says_what_it_writes(capsys):
+    with pytest.raises(SystemExit):
+        aggregate.parse_args(["table", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "table writes PREFIX.md and PREFIX.csv" in text and "default charts/episodic_return" in text

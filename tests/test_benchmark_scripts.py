@@ -778,3 +778,52 @@ def test_b26_jax2d_plateau_extension_grid(tmp_path):
         bad = dry_run("beukman2026_jax2d_plateau", **{"SCALE": "laptop", "RUNS_DIR": tmp_path / "x", **env})
         err = bad.stderr.strip().splitlines()
         assert bad.returncode == 2 and bad.stdout == "" and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def cost_hours(text: str) -> float:
+    """The CPU-core hours of a dry run's cost line ('~11 h', '~1.5 h', '~25 min', '~3 s')."""
+    number, unit = re.search(r"# cost: ~([\d,.]+) (h|min|s) of CPU-core time", text).groups()
+    return float(number.replace(",", "")) / {"h": 1, "min": 60, "s": 3600}[unit]
+
+
+def test_dry_run_prints_the_cost_and_the_files_it_will_write(tmp_path):
+    """M25 Fig. 1a at laptop scale: the cost is the printed runs' steps over the PPO Atari rate (CPU-core hours, the
+    wall time on the cores given, and M25's 2-3 A100-days per 100M steps), then the run directories and the
+    figures, all under the user's RUNS_DIR and OUT_DIR; the laptop-only curves and rule table only at SCALE=laptop."""
+    from cleanrl_scaling.utils.preview import RATES
+    out = dry_run("mayor2025_fig1a", SCALE="laptop", CORES="1", RUNS_DIR=tmp_path / "1a", OUT_DIR=tmp_path / "fig")
+    assert out.returncode == 0, out.stderr
+    steps = sum(int(parse_flags(c)["total_timesteps"]) for c in commands(out.stdout))
+    rate = RATES["ppo_atari_envpool.py"]
+    assert math.isclose(cost_hours(out.stdout), steps / rate.cpu / 3600, rel_tol=0.05)
+    assert "on the 1 core(s) here" in out.stdout and "docs/ppo_atari_envpool.md" in out.stdout
+    assert f"# cost: {2 * 24 * steps / 1e8:,.0f}-{3 * 24 * steps / 1e8:,.0f} GPU-hours (M25 §4.1" in out.stdout
+    assert f"# writes: 9 run directories in {tmp_path / '1a'}/" in out.stdout
+    figures = next(line for line in out.stdout.splitlines() if line.startswith("# figures:"))
+    assert f"into {tmp_path / 'fig'}/" in figures
+    assert all(name in figures for name in ("mayor2025_fig1a_iqm", "mayor2025_fig1a_curves", "mayor2025_fig1a_rule"))
+    paper = dry_run("mayor2025_fig1a", GAMES="Pong-v5", SEEDS="1", RUNS_DIR=tmp_path / "p")
+    assert "mayor2025_fig1a_iqm" in paper.stdout and "mayor2025_fig1a_curves" not in paper.stdout
+    assert not (tmp_path / "1a").exists() and not (tmp_path / "fig").exists()  # a dry run writes nothing
+
+
+def test_every_training_script_has_a_measured_rate_with_its_source():
+    """A dry run can price any script's grid: every training script has a rate and says where it was measured."""
+    from cleanrl_scaling.utils import preview
+    scripts = {p.name for p in (REPO / "cleanrl_scaling").glob("*.py") if p.name != "__init__.py"}
+    assert scripts == set(preview.RATES)
+    assert all(rate.cpu > 0 and rate.source for rate in preview.RATES.values())
+    lines = preview.estimate(str(REPO / "cleanrl_scaling" / "noisy_sgd.py"), [{}, {"total_steps": "3000"}])
+    assert "2 run(s), 4k steps in all" in lines[0]  # the script's default 1,000 steps, read from its Args
+    assert "no measured rate" in preview.estimate("my_script.py", [{"total_timesteps": "10"}])[-1]
+
+
+def test_figures_of_the_mujoco_and_m25_helpers_are_listed(tmp_path):
+    """Figures drawn through the shared helpers (aggregate NAME on MuJoCo: one per task; M25's figure NAME: two IQM
+    figures) are listed by their names, with <env_id> / <game> standing for each value."""
+    from cleanrl_scaling.utils.preview import figure_prefixes
+    fig10 = figure_prefixes(str(REPO / "benchmark" / "beukman2026_fig10_mujoco.sh"))
+    assert fig10 == ["beukman2026_fig10_mujoco_<env_id>"]
+    assert figure_prefixes(str(REPO / "benchmark" / "mayor2025_fig5.sh"))[:2] == ["mayor2025_fig5_iqm",
+                                                                                   "mayor2025_fig5_iqm_curves"]
+    assert "mayor2025_fig7_<game>_iqm" in figure_prefixes(str(REPO / "benchmark" / "mayor2025_fig7.sh"))

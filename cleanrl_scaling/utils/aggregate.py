@@ -6,12 +6,13 @@
     python -m cleanrl_scaling.utils.aggregate heatmap RUNS... --rows ewma_com --cols clip_coef --metric M
     python -m cleanrl_scaling.utils.aggregate sweep   RUNS... --x-key learning_rate --group-by ewma_com --best-over anneal_lr
     python -m cleanrl_scaling.utils.aggregate kl-profile RUNS... --group-by minibatch_size
-    python -m cleanrl_scaling.utils.aggregate table   RUNS... --metric charts/episodic_return --group-by learning-rate
+    python -m cleanrl_scaling.utils.aggregate table   RUNS...   (charts/episodic_return; one row per task and setup)
 
 Runs are grouped by configuration (exp_name plus the --group-by keys of config.json, spelt learning_rate or
-learning-rate) and by env_id (the task). Curves: per run, the mean of the values logged at each step (then --smooth),
-interpolated onto one x grid; the mean over seeds and a band: the seeds' range below 5 seeds, a 95% Student-t CI
-from 5, clipped to the metric's range (--band). A run's "final" score: the mean of the values (episodes) logged in
+learning-rate; table without --group-by: every flag that differs between the runs) and by env_id (the task).
+Curves: per run, the mean of the values logged at each step (then --smooth), interpolated onto one x grid; the mean
+over seeds and a band: the seeds' range below 5 seeds, a 95% Student-t CI from 5, clipped to the metric's range
+(--band). A run's "final" score: the mean of the values (episodes) logged in
 the last 10% of its total steps. IQM: 25% trimmed mean over all runs of all tasks with stratified bootstrap percentile
 CIs (Agarwal et al. 2021, the protocol M25 uses; the same numbers as rliable, with its 50,000 replicates by default).
 Scatter --budget-iterations 50,100,200 cuts every run at those updates: one dot per run and budget (B26 Fig. 8).
@@ -31,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from cleanrl_scaling.utils import atari_scores
-from cleanrl_scaling.utils.rundirs import config_value_or, read_json, run_dirs, run_status, same_value
+from cleanrl_scaling.utils.rundirs import (config_value_or, parse_flags, read_json, run_dirs, run_status,
+                                           same_value)
 
 SPECIAL_KEYS = ("env_id", "exp_name", "seed", "status", "run_name")
 
@@ -50,7 +52,7 @@ def _plots():
 # ---------------------------------------------------------------------------------------------------------
 # Statistics (pure numpy; the tests check them against hand-computed values and against rliable)
 # ---------------------------------------------------------------------------------------------------------
-# SPEC §9 (docs/pipeline.md#bands): below this many seeds a Student-t interval is wider than the data and leaves the
+# docs/pipeline.md#bands: below this many seeds a Student-t interval is wider than the data and leaves the
 # metric's range, so the band is the seeds' range instead
 MIN_SEEDS_FOR_T = 5
 
@@ -77,7 +79,7 @@ def warn_once(text: str) -> None:
 
 def band_used(band: str, n: int) -> str:
     """The band actually drawn for n seeds: auto = a 95% t-interval from 5 seeds, the seeds' range below; ci95 below
-    5 seeds is replaced by the range (SPEC §9: never a t-interval from fewer than 5 seeds)."""
+    5 seeds is replaced by the range (docs/pipeline.md#bands: never a t-interval from fewer than 5 seeds)."""
     band = "range" if band == "minmax" else band
     if n < 2 or band == "none":
         return "none"
@@ -217,7 +219,7 @@ class Run:
     @property
     def env_id(self) -> str:
         """The config's env_id; a script without that flag (sfl_kinetix_jax.py: Kinetix-<size>) names its task first in
-        the run name (SPEC §4), so that name is used instead of 'None'."""
+        the run name (docs/run_directory.md), so that name is used instead of 'None'."""
         value = self.value("env_id")
         return str(value) if value is not None else os.path.basename(self.path).split("__")[0]
 
@@ -339,10 +341,45 @@ NOT_IDENTITY = {"runs_dir", "progress", "track", "wandb_project_name", "wandb_en
                 "save_model"}
 
 
-def identity(run: Run) -> str:
+def training_flags(run: Run) -> dict:
     """Every training flag of the run (config["args"], else the whole config) except where it logs to."""
     args = run.config.get("args", run.config)
-    return json.dumps({k: v for k, v in args.items() if k not in NOT_IDENTITY}, sort_keys=True, default=str)
+    return {k: v for k, v in args.items() if k not in NOT_IDENTITY}
+
+
+def identity(run: Run) -> str:
+    return json.dumps(training_flags(run), sort_keys=True, default=str)
+
+
+def differing_flags(runs: list) -> list:
+    """The flags that tell the runs apart, seed and task aside: every varying flag given on the command line
+    (config.json "argv"), then only those other varying values that split the runs further, so that a derived value
+    (batch_size from num_envs x num_steps) is named only where the given flags do not already tell the runs apart."""
+    flags = [training_flags(r) for r in runs]
+    given = {k for r in runs for k in parse_flags_of(r)}
+    names = flags_that_vary(runs)
+    chosen = [k for k in names if k in given]
+
+    def blocks(keys):
+        return len({tuple(json.dumps(f.get(k), sort_keys=True, default=str) for k in keys) for f in flags})
+
+    for key in [k for k in names if k not in given]:
+        if blocks(chosen + [key]) > blocks(chosen):
+            chosen.append(key)
+    return chosen
+
+
+def flags_that_vary(runs: list) -> list:
+    """Every flag (seed and task aside) that does not have one value in all runs, sorted."""
+    flags = [training_flags(r) for r in runs]
+    names = sorted({k for f in flags for k in f} - set(SPECIAL_KEYS) - {"argv", "resolved"})
+    return [k for k in names if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flags}) > 1]
+
+
+def parse_flags_of(run: Run) -> dict:
+    """The flags a run was started with (config.json "argv"), by config key."""
+    argv = run.config.get("argv")
+    return parse_flags(argv) if isinstance(argv, list) else {}
 
 
 def deduplicate(runs: list) -> list:
@@ -947,6 +984,23 @@ def table_row(env_id, label: str, members: list, scores: list, args) -> dict:
             "metric": args.metric, "stat": args.stat, "final_frac": args.final_frac if args.stat == "final" else ""}
 
 
+def check_one_setup(members: list, label: str, env_id) -> None:
+    """A row's seeds must be one setup: a seed that appears twice means that runs of different flags were pooled."""
+    seeds = [str(r.seed) for r in members]
+    twice = sorted({s for s in seeds if seeds.count(s) > 1}, key=lambda v: sort_key((v,)))
+    apart = flags_that_vary(members)
+    where = f"{label} on {env_id}"
+    if twice and apart:
+        raise UsageError(f"--group-by: {where} would count seed {twice[0]} twice: its runs differ in "
+                         f"{', '.join(apart)}; add the flags that tell them apart to --group-by, or keep one value "
+                         "with --filter")
+    if twice:
+        raise UsageError(f"--keep-duplicates: {where} would count seed {twice[0]} twice (reruns with identical flags); "
+                         "drop --keep-duplicates to keep the newest run of each")
+    if apart:
+        warn_once(f"{where} pools runs that differ in {', '.join(apart)}; add them to --group-by to split them")
+
+
 def markdown_table(rows: list, digits: int) -> str:
     """The table as GitHub markdown: one line per (task, group), every seed's number in the last column."""
     def num(v):
@@ -969,6 +1023,7 @@ def cmd_table(args, runs: list, grouping: Grouping) -> dict:
     rows = []
     for env_id in sorted({r.env_id for r in runs}, key=lambda v: sort_key((v,))):
         for key, label, members in grouped([r for r in runs if r.env_id == env_id], grouping):
+            check_one_setup(members, label, env_id)
             scores = per_run_scores(members, args.metric, args.stat, args.final_frac, norm)
             rows.append(table_row(env_id, label, members, scores, args))
     return {"fig": None, "rows": rows, "markdown": markdown_table(rows, args.digits)}
@@ -984,10 +1039,12 @@ def parse_args(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("runs", nargs="+", help="directories searched (recursively) for run directories")
-    common.add_argument("--out", default="", help="output prefix: writes PREFIX.png, .pdf, .csv "
-                                                  "(default runs/figures/COMMAND_METRIC)")
+    common.add_argument("--out", default="", metavar="PREFIX",
+                        help="output prefix (default runs/figures/COMMAND_METRIC): the figures write PREFIX.png, "
+                             "PREFIX.pdf and PREFIX.csv; table writes PREFIX.md and PREFIX.csv")
     common.add_argument("--group-by", nargs="*", default=[], metavar="KEY",
-                        help="config.json keys that tell configurations apart (exp_name always does)")
+                        help="config.json keys that tell configurations apart (exp_name always does); table "
+                             "without it: every flag that differs between the runs")
     common.add_argument("--label", default="", help="legend label format, e.g. 'lr={learning_rate}'")
     common.add_argument("--filter", action="append", default=[], metavar="KEY=V1,V2",
                         help="keep runs whose config value is one of these (repeatable; all must hold)")
@@ -1089,7 +1146,8 @@ def parse_args(argv=None):
 
     p = sub.add_parser("table", parents=[common], help="one row per task and configuration: every seed's score, mean, "
                                                        "IQM and interval (PREFIX.md and PREFIX.csv)")
-    p.add_argument("--metric", required=True)
+    p.add_argument("--metric", default="charts/episodic_return",
+                   help="metric tag (default charts/episodic_return, the episodic return)")
     p.add_argument("--stat", choices=stats, default="final", help="score of a run (default final)")
     p.add_argument("--interval", choices=["auto", "range", "bootstrap"], default="auto",
                    help="interval of the mean over seeds: auto (default) = the seeds' range below 5 seeds, a 95%% "
@@ -1130,14 +1188,25 @@ def canonical_keys(args) -> None:
                    for f in args.filter]
 
 
+def default_table_keys(runs: list) -> list:
+    """table without --group-by: one row per setup, i.e. grouped by every flag that differs between the runs."""
+    keys = differing_flags(runs)
+    if keys:
+        print(f"table: grouped by {' '.join(keys)} (the flags that differ between the runs; --group-by chooses)",
+              file=sys.stderr)
+    return keys
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     canonical_keys(args)
     try:
         runs = load_runs(args.runs, parse_filters(args.filter), args.only_finished)
-        grouping = Grouping(runs, args.group_by, args.label, parse_pairs(args.relabel, "--relabel", "OLD->NEW", "->"))
         if not args.keep_duplicates:
             runs = deduplicate(runs)
+        if args.command == "table" and not args.group_by:
+            args.group_by = default_table_keys(runs)
+        grouping = Grouping(runs, args.group_by, args.label, parse_pairs(args.relabel, "--relabel", "OLD->NEW", "->"))
         if getattr(args, "smooth", 1) < 1:
             raise UsageError(f"--smooth must be >= 1 (got {args.smooth}); 1 = no smoothing")
         if getattr(args, "reps", 1) < 1:

@@ -156,7 +156,7 @@ def analyse(runs: list, bins: int, seed: int, n_neighbors: int = 15, min_dist: f
 
 
 def mean_band(values: list, band: str = "auto") -> tuple:
-    """Mean over seeds and its band: the seeds' range below 5 seeds (SPEC §9: never a t-interval from fewer), a 95%
+    """Mean over seeds and its band: the seeds' range below 5 seeds (docs/pipeline.md#bands), a 95%
     Student-t CI from 5 (band="auto"), clipped to coverage's range [0, 1]."""
     from cleanrl_scaling.utils.aggregate import mean_ci
 

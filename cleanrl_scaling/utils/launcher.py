@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from cleanrl_scaling.utils import preview
 from cleanrl_scaling.utils.rundirs import (as_bool, config_value_or, finished_configs, parse_flags, resumable_runs,
                                            same_value)
 
@@ -62,7 +63,7 @@ def run_matches(job: Job, config: dict, script_stem: str) -> bool:
     with exactly its configuration finished, so the run's own argv (config.json "argv") decides: the same flags with
     the same values, no flag more, no flag less. A config.json without argv (a script that does not record it) never
     matches: matching a subset of its values would count, e.g., a PPO-EWMA run as the plain-PPO point of the same
-    epsilon (issue 17)."""
+    epsilon."""
     if "script" in config and config["script"] != script_stem:
         return False
     if not isinstance(config.get("argv"), list):
@@ -186,7 +187,7 @@ NAME_GAP = 2.0
 
 
 def run_name_key(job: Job, script_stem: str) -> tuple:
-    """What a run's directory name is made of besides the time: env_id, exp_name, seed (SPEC §4)."""
+    """What a run's directory name is made of besides the time: env_id, exp_name, seed (docs/run_directory.md)."""
     return job.flags.get("env_id"), job.flags.get("exp_name", script_stem), job.flags.get("seed")
 
 
@@ -499,6 +500,9 @@ def main(argv=None) -> int:
             print(f"# local: {args.workers} worker(s), {share} core(s) and OMP_NUM_THREADS={share} per run")
         for job in jobs:
             print(shlex.join(job.argv))
+        print("\n".join(preview.estimate(args.script, [j.flags for j in jobs], 0 if script_text else len(cores))))
+        print(f"# writes: {len(jobs)} run directories in {args.runs_dir}/ (ENV__EXP__SEED__TIME: docs/run_directory.md)"
+              f" and the runs' logs in {log_dir}/")
         if script_text is not None:
             print(f"# Slurm array script ({args.slurm_template}):")
             print(script_text)

@@ -44,7 +44,7 @@ def finished_configs(root: str) -> list:
 
 def resumable_runs(root: str) -> list:
     """(config.json, checkpoint path) of every run under root that stopped before finishing (interrupted, or killed
-    without a summary) and left a checkpoint (checkpoints/latest.ckpt, SPEC §6). Diverged runs are not resumable."""
+    without a summary) and left a checkpoint (checkpoints/latest.ckpt). Diverged runs are not resumable."""
     out = []
     for run_dir in run_dirs(root):
         ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")

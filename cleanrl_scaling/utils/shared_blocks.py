@@ -5,7 +5,7 @@ not imported. ppo_atari_envpool.py holds the reference copy of each block; this 
 (`python -m cleanrl_scaling.utils.shared_blocks`) and rewrites them from the reference (`--sync`).
 tests/test_shared_blocks.py runs the check.
 
-Layout (issue 41): a script reads algorithm first; one marked line (MARK) separates it from the shared blocks,
+Layout: a script reads algorithm first; one marked line (MARK) separates it from the shared blocks,
 which all sit below the line, except the flag groups (blocks named *-args), dataclass bases that must precede
 Args. The check fails a script that has the line and a block above it; scripts without the line yet are listed,
 not failed.
