@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import pathlib
+import random
 import re
 import shutil
 import socket
@@ -53,7 +54,10 @@ def slurm_conf(root: pathlib.Path, nodes: list, cpus: int, gpus: bool) -> str:
     gres = f" Gres=gpu:{NODE_GPUS}" if gpus else ""
     node_lines = "\n".join(f"NodeName={name} NodeAddr=127.0.0.1 Port={free_port()} CPUs={cpus} "
                            f"RealMemory={memory_mb()}{gres} State=UNKNOWN" for name in nodes)
+    # job ids from a random start: JAX's coordinator port follows the job id, and two test clusters on one machine
+    # would otherwise both start job 1 on port 61441
     return f"""ClusterName=cleanrltest
+FirstJobId={random.randint(1000, 60000)}
 SlurmctldHost={nodes[0]}(127.0.0.1)
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
@@ -444,6 +448,11 @@ if sys.argv and sys.argv[0].endswith("sfl_kinetix_jax.py") and "--distributed" i
 """
 
 
+def task_log(runs: pathlib.Path, job: str, index: int) -> str:
+    (path,) = glob.glob(str(runs / "_launcher" / "*" / f"*_{job}_{index}.log"))
+    return open(path).read()
+
+
 def test_multinode_sfl_processes_each_get_every_gpu_of_their_node(slurm, tmp_path):
     """B26 Fig. 11's 65536 preset under SLURM=1 on 2 nodes x 4 GPUs, as a user submits it (SLURM_GPUS_PER_RUN set for
     the single-node runs, SFL_GPUS_PER_NODE=4 by default): inside the step, each of the 2 processes (one per node) sees
@@ -470,6 +479,32 @@ def test_multinode_sfl_processes_each_get_every_gpu_of_their_node(slurm, tmp_pat
     for p in seen:
         assert p["cuda_visible_devices"] == "0,1,2,3" and p["gpus"] == NODE_GPUS, p
         assert p["srun_gpus"] is None and p["knob"] == "3" and p["cpus_per_task"] == "1", p
+
+
+def test_one_process_per_gpu_when_slurm_binds_one_gpu_to_each_task(slurm, tmp_path):
+    """The other layout (docs/cluster.md): --tasks-per-node 2 --gpus-per-run 2 with #SBATCH --gpu-bind=single:1 makes
+    Slurm show each process one GPU of its node, and the process keeps exactly that one."""
+    if not slurm.gpus:
+        pytest.skip("no simulated GPUs: mknod is not allowed here")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(PROBE)
+    runs = tmp_path / "runs"
+    sub = subprocess.run([sys.executable, "-m", "cleanrl_scaling.utils.launcher", "cleanrl_scaling/sfl_kinetix_jax.py",
+                          "--seeds", "1", "--runs-dir", str(runs), "--job-name", "per_gpu", "--slurm-template",
+                          "--nodes", "2", "--tasks-per-node", "2", "--gpus-per-run", "2", "--mem", "1G",
+                          "--time", "00:10:00", "--sbatch=--gpu-bind=single:1", "--", "--distributed"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(probe)))
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    (job,) = submitted(sub.stdout)
+    wait_for_jobs([job], timeout=300)
+    text = task_log(runs, job, 0)
+    assert array_tasks(job) == {"0": "COMPLETED"}, text[-3000:]
+    seen = [json.loads(line.split("PROBE ", 1)[1]) for line in text.splitlines() if "PROBE " in line]
+    assert sorted(p["rank"] for p in seen) == [0, 1, 2, 3] and all(p["processes"] == 4 for p in seen)
+    assert all(p["gpus"] == 1 for p in seen), seen
+    assert sorted((p["node"], p["cuda_visible_devices"]) for p in seen) == \
+        sorted((node, gpu) for node in slurm.nodes for gpu in "01")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -503,11 +538,6 @@ def start_requeued_now(tasks: list, timeout: float) -> None:
     wait_for(requeued, timeout, f"{tasks} requeued")
     for task in tasks:
         subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True, timeout=30)
-
-
-def task_log(runs: pathlib.Path, job: str, index: int) -> str:
-    (path,) = glob.glob(str(runs / "_launcher" / "*" / f"*_{job}_{index}.log"))
-    return open(path).read()
 
 
 def test_requeued_task_continues_its_run_from_the_checkpoint_to_the_end(slurm, tmp_path):
