@@ -31,8 +31,9 @@ MULTINODE_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS")
 SLURM_DEFAULTS = {"time": "04:00:00", "mem": "16G"}
-# seconds between Slurm's warning (#SBATCH --signal) and the time limit: the run finishes its update, checkpoints and
-# stops in that time, and the task requeues itself (docs/cluster.md); above one update of the largest presets
+# seconds between Slurm's warning (#SBATCH --signal) and the time limit, in which the run finishes its update,
+# checkpoints and stops before its task requeues itself: above a 4,096 x 32 MuJoCo update on one core (~110 s,
+# docs/cluster.md)
 DEFAULT_GRACE = 300
 
 

@@ -103,7 +103,7 @@ class Task:
         """Slurm's warning (--signal=B:USR1): SIGTERM to the run, which checkpoints and stops; the task is requeued
         once the run has stopped."""
         if self.time_limit_near or self.run is None or self.run.poll() is not None:
-            return
+            return  # warned already, or no run (yet, or any more) to stop
         self.time_limit_near = True
         self.checkpoint_at_warning = newest_checkpoint(self.argv)
         say("the time limit is near (Slurm's SIGUSR1): SIGTERM to the run, which checkpoints and stops; then requeue")
@@ -114,7 +114,8 @@ class Task:
 
     def slurm_stops_the_run(self, signum, frame) -> None:
         """scancel, preemption or a requeue: Slurm signals every process of the job, the run too."""
-        say(f"received {signal.Signals(signum).name}: the run, signalled too, checkpoints and stops")
+        if self.run is not None and self.run.poll() is None:
+            say(f"received {signal.Signals(signum).name}: the run, signalled too, checkpoints and stops")
 
     def wait(self) -> int:
         rc = self.run.wait()
