@@ -6,11 +6,12 @@
 # CORES usable ones), SEEDS ("1 2 3 4 5"), PYTHON (python),
 # FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (auto: the band of
 # the figures that use it; minmax, std, none), DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a
-# Slurm array and draws nothing, with the knobs of _slurm_common.sh (SLURM_PARTITION, SLURM_GPUS, SLURM_CPUS,
-# SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md); DRAW_ONLY=1 draws from the runs
-# that exist and launches nothing (the redraw once the array has finished). Runs checkpoint every CHECKPOINT_EVERY (64)
-# updates. SFL's 65536 and 1m presets run on SFL_NODES_65536 (2) and SFL_NODES_1M (32) nodes, one --distributed
-# process per node (launch_presets; B26 App. D: 8192 envs per GPU, i.e. 4 GPUs per node with SLURM_GPUS=4).
+# Slurm array and draws nothing, with the knobs of _slurm_common.sh (SLURM_PARTITION, SLURM_GPUS_PER_RUN, SLURM_CPUS,
+# SLURM_TIME, SLURM_MEM, SLURM_GRACE, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md); DRAW_ONLY=1 draws
+# from the runs that exist and launches nothing (the redraw once the array has finished). Runs checkpoint every
+# CHECKPOINT_EVERY (64) updates. SFL's 65536 and 1m presets run on SFL_NODES_65536 (2) and SFL_NODES_1M (32) nodes with
+# SFL_GPUS_PER_NODE (4) GPUs each, one --distributed process per node using all of them (launch_presets; B26 App. D:
+# 8192 envs per GPU); SLURM_GPUS_PER_RUN is the GPUs of the single-node runs.
 # SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
 # (LAPTOP_GRID=1 and its laptop defaults before sourcing this file; its header says what it runs and how long).
 # Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
@@ -92,6 +93,8 @@ launch() {  # launch [launcher options] -- [flags for every run]
 
 SFL_NODES_65536=${SFL_NODES_65536:-2}
 SFL_NODES_1M=${SFL_NODES_1M:-32}
+SFL_GPUS_PER_NODE=${SFL_GPUS_PER_NODE:-4}  # the multi-node arrays' own GPU count: not the single-node runs' one
+slurm_count SFL_GPUS_PER_NODE "$SFL_GPUS_PER_NODE"
 preset_nodes() {  # preset_nodes PRESET: nodes of one SFL run under SLURM=1 (1 for the presets that fit one GPU)
   case $1 in 65536) echo "$SFL_NODES_65536" ;; 1m) echo "$SFL_NODES_1M" ;; *) echo 1 ;; esac
 }
@@ -106,7 +109,8 @@ launch_presets() {  # launch_presets JOB_NAME PRESET... -- [launcher options] --
     nodes=$(preset_nodes "$p")
     [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "SFL_NODES_$(tr a-z A-Z <<< "$p")=$nodes: must be a positive integer"
     if [[ -n "${SLURM:-}" && "$nodes" -gt 1 ]]; then
-      launch --job-name "${job}_$p" --sweep "preset=$p" --nodes "$nodes" "$@" --distributed
+      launch --job-name "${job}_$p" --sweep "preset=$p" --nodes "$nodes" --gpus-per-run "$SFL_GPUS_PER_NODE" "$@" \
+        --distributed
     else
       single+=("$p")
     fi

@@ -3,10 +3,10 @@
 # Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), CORES (all: the cores the workers share), SEEDS ("1 2 3 4 5"), GAMES (Atari-10),
 # TOTAL (M25: 100M steps; lower it for a smoke run), PYTHON (python), DRY_RUN=1 prints the commands,
 # SLURM=1 submits a Slurm array instead of running locally, with the knobs of _slurm_common.sh (SLURM_PARTITION,
-# SLURM_GPUS, SLURM_CPUS, SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md);
-# DRAW_ONLY=1 draws from the runs that exist and launches nothing; RESUME=1 continues a run that stopped before
-# finishing from its checkpoint (never while another launcher runs the same grid points in RUNS_DIR). Runs checkpoint
-# every CHECKPOINT_EVERY (500) updates, so a preempted or timed-out job loses minutes.
+# SLURM_GPUS_PER_RUN, SLURM_CPUS, SLURM_TIME, SLURM_MEM, SLURM_GRACE, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE;
+# docs/cluster.md); DRAW_ONLY=1 draws from the runs that exist and launches nothing; RESUME=1 continues a run that
+# stopped before finishing from its checkpoint (never while another launcher runs the same grid points in RUNS_DIR).
+# Runs checkpoint every CHECKPOINT_EVERY (500) updates, so a preempted or timed-out job loses minutes.
 # A figure script may set SCRIPT (the training script, default ppo_atari_envpool.py) before sourcing this file.
 # PPO runs get --cleanrl-compat (truncation as termination, reset steps not masked: CleanRL's semantics, which
 # M25's curves carry); CLEANRL_COMPAT=0 runs the script's default mode instead.

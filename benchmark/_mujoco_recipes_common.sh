@@ -8,8 +8,8 @@
 # Environment: SCALE (paper | laptop), RUNS_DIR (runs/mujoco_recipes), OUT_DIR (runs/figures), WORKERS (1), PYTHON,
 # SEEDS ("1 2 3"), ENV_IDS ("Ant-v4 Humanoid-v4"), TOTAL (steps per run), NUM_ENVS_LIST, DRY_RUN=1 (print the
 # commands, draw nothing), SLURM=1 (submit a Slurm array instead of running here; its knobs SLURM_PARTITION,
-# SLURM_GPUS, SLURM_CPUS, SLURM_TIME, SLURM_MEM, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE: _slurm_common.sh,
-# docs/cluster.md), DRAW_ONLY=1 (draw from the runs that exist, launch nothing),
+# SLURM_GPUS_PER_RUN, SLURM_CPUS, SLURM_TIME, SLURM_MEM, SLURM_GRACE, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE:
+# _slurm_common.sh, docs/cluster.md), DRAW_ONLY=1 (draw from the runs that exist, launch nothing),
 # RESUME=1 (a run stopped before finishing continues from its checkpoint; runs checkpoint every CHECKPOINT_EVERY
 # (16) updates, and on
 # SIGINT/SIGTERM; never while another launcher runs the same grid points in RUNS_DIR).

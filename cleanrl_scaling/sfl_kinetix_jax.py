@@ -207,8 +207,8 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
     distributed: bool = False
-    """call jax.distributed.initialize() first, for several processes (one per node under Slurm; elsewhere set
-    JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); tested with 2 CPU processes, see docs/sfl_kinetix_jax.md"""
+    """call jax.distributed.initialize() first, for several processes (one per node under Slurm, each using every GPU
+    it sees; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
     """print the per-device memory of this configuration's compiled programs (XLA's analysis) and exit; trains nothing"""
 
@@ -2329,6 +2329,15 @@ def init_distributed() -> None:
     # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
+    if "JAX_LOCAL_DEVICE_IDS" not in os.environ:  # a user who names the devices keeps them
+        use_every_visible_gpu()
+
+
+def use_every_visible_gpu() -> None:
+    """Under Slurm, jax.distributed.initialize keeps one GPU per process (GPU number SLURM_LOCALID); a process here
+    uses every GPU that Slurm lets it see (one process per node: all of the node's; one per GPU: its own)."""
+    jax.config.update("jax_cuda_visible_devices", "all")
+    jax.config.update("jax_rocm_visible_devices", "all")
 
 
 def env_mesh() -> Mesh:

@@ -360,13 +360,13 @@ def test_several_nodes_or_tasks_pick_the_multinode_template(fake_script, tmp_pat
     assert rc == 0 and "slurm_multinode_template.sh" not in out  # --no-submit prints the rendered script
     script = (tmp_path / "logs" / "fake_train.sbatch").read_text()
     for line in ["#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gres=gpu:4",
-                 "srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 bash -c"]:
+                 "srun --kill-on-bad-exit=1 --nodes=4 --ntasks-per-node=1 --cpus-per-task=1\n"]:
         assert line in script, line
     assert launcher.PLACEHOLDER.search(script) is None
     # what Slurm runs for array task 0, with an srun that starts its command twice, as 2 tasks would
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    (fake_bin / "srun").write_text('#!/bin/bash\nshift 3\n"$@" && "$@"\n')
+    (fake_bin / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n"$@" && "$@"\n')
     (fake_bin / "srun").chmod(0o755)
     env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", PATH=f"{fake_bin}:{os.environ['PATH']}")
     done = subprocess.run(["bash", str(tmp_path / "logs" / "fake_train.sbatch")], env=env, capture_output=True,
@@ -406,6 +406,25 @@ def test_slurm_resource_usage_errors_exit_2(fake_script, tmp_path, capsys):
     assert launcher.main(base + ["--nodes", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+
+
+def test_the_time_limit_warning_comes_inside_the_job(fake_script, tmp_path, capsys):
+    """--signal-grace is #SBATCH --signal's lead time on both templates; one at or above --time would stop and
+    requeue every start of a task at once, so it is refused, whichever way the time limit is written."""
+    base = [fake_script, "--runs-dir", str(tmp_path), "--slurm-template", "--dry-run"]
+    for extra in ([], ["--nodes", "2"]):
+        assert launcher.main(base + extra + ["--signal-grace", "90", "--time", "2"]) == 0
+        out = capsys.readouterr().out
+        assert "#SBATCH --signal=B:USR1@90\n" in out and "#SBATCH --requeue\n" in out and "--no-requeue" not in out
+    for grace, limit in (("120", "2"), ("3600", "01:00:00"), ("300", "0-00:05"), ("0", "04:00:00"),
+                         ("-5", "04:00:00")):
+        assert launcher.main(base + ["--signal-grace", grace, "--time", limit]) == 2, (grace, limit)
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --signal-grace {grace}"), err
+    assert launcher.main(base + ["--signal-grace", "90", "--slurm-set", "time=00:01:00"]) == 2  # the value in force
+    assert launcher.main(base + ["--time", "UNLIMITED"]) == 0  # no limit, nothing to compare
+    assert [launcher.slurm_seconds(t) for t in ("90", "1:30", "1:00:00", "1-0", "1-2:3", "1-2:3:4", "x")] == \
+        [5400, 90, 3600, 86400, 93780, 93784, None]
 
 
 def test_two_launchers_started_in_one_second_keep_their_own_log_directories(fake_script, tmp_path, capsys,

@@ -32,6 +32,10 @@ MULTINODE_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS")
 SLURM_DEFAULTS = {"time": "04:00:00", "mem": "16G"}
+# seconds between Slurm's warning (#SBATCH --signal) and the time limit, in which the run finishes its update,
+# checkpoints and stops before its task requeues itself: above a 4,096 x 32 MuJoCo update on one core (~110 s,
+# docs/cluster.md)
+DEFAULT_GRACE = 300
 
 
 class UsageError(Exception):
@@ -305,11 +309,37 @@ def claim_log_dir(base: str, create: bool) -> str:
     raise UsageError(f"{base}: 10,000 log directories with this name and time stamp already exist")
 
 
+def slurm_seconds(limit: str):
+    """A Slurm time limit in seconds (sbatch's formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None if not one."""
+    found = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
+    if not found:
+        return None
+    days, *rest = found.groups()
+    parts = [int(x) for x in rest if x is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, seconds = parts + [0] * (3 - len(parts))
+    elif len(parts) == 3:  # H:M:S
+        hours, minutes, seconds = parts
+    else:  # M, M:S
+        hours, (minutes, seconds) = 0, parts + [0] * (2 - len(parts))
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def check_grace(values: dict) -> None:
+    """The warning must come inside the job: a grace as long as the time limit would stop and requeue every start."""
+    grace, limit = str(values.get("grace", "")), slurm_seconds(str(values.get("time", "")))
+    if not grace.isdigit() or not 0 < int(grace) <= 65535:
+        raise UsageError(f"--signal-grace {grace}: give whole seconds between 1 and 65535 (sbatch --signal's range)")
+    if limit is not None and int(grace) >= limit:
+        raise UsageError(f"--signal-grace {grace} is not below the time limit --time {values['time']} "
+                         f"({limit} s): lower it or raise --time")
+
+
 def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
     values = dict(SLURM_DEFAULTS)
     last = len(jobs) - 1
     values.update({
-        "job_name": args.job_name, "num_tasks": len(jobs), "last_task": last,
+        "job_name": args.job_name, "num_tasks": len(jobs), "last_task": last, "grace": args.signal_grace,
         "max_parallel": args.max_parallel, "cpus": args.cpus_per_run, "gpus": args.gpus_per_run,
         "nodes": args.nodes, "tasks_per_node": args.tasks_per_node,
         "array": f"0-{last}%{args.max_parallel}" if args.max_parallel > 0 else f"0-{last}",
@@ -322,6 +352,7 @@ def slurm_values(args, jobs: list, commands_file: str, log_dir: str) -> dict:
             raise UsageError(f"--slurm-set {item!r}: write NAME=VALUE (e.g. --slurm-set partition=gpu)")
         key, value = item.split("=", 1)
         values[key.strip()] = value
+    check_grace(values)
     return values
 
 
@@ -405,6 +436,9 @@ def parse_args(argv=None):
                                               f"(default {SLURM_DEFAULTS['time']})")
     p.add_argument("--mem", default="", help=f"Slurm: {{mem}}, memory per node of one run "
                                              f"(default {SLURM_DEFAULTS['mem']})")
+    p.add_argument("--signal-grace", type=int, default=DEFAULT_GRACE, metavar="SECONDS",
+                   help=f"Slurm: {{grace}}, seconds before the time limit at which the run is told to checkpoint and "
+                        f"stop, and the task requeues itself to continue it (default {DEFAULT_GRACE}; docs/cluster.md)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                    help="Slurm: an extra #SBATCH line, written with = (--sbatch=--account=abc; repeatable)")
     p.add_argument("--nodes", type=int, default=1, help="Slurm: {nodes}, nodes per run (multi-node template)")
