@@ -599,7 +599,8 @@ def seed_everything(args, rank: int) -> None:
 
 
 def build_agent(args, num_actions: int, device) -> tuple:
-    """The agent and its Adam; the torch stream is reseeded after the weights are drawn (CleanRL's order)."""
+    """The agent and its Adam; the torch stream is reseeded after the weights are drawn, so the rollout's and the
+    minibatches' draws do not depend on the network (CleanRL's script draws on from where its initialisation ended)."""
     agent = Agent(num_actions, args.separate_encoders, args.channels_last).to(device)
     if args.channels_last:
         agent = agent.to(memory_format=torch.channels_last)

@@ -445,6 +445,99 @@ def test_bf16_rollout_runs_the_heads_in_fp32():
         assert value.abs().min() > 1e-2  # values large enough for bf16 rounding (2^-9 relative) to show
 
 
+def one_env(max_episode_steps=27_000):
+    return m.import_envpool().make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=5, episodic_life=True,
+                                   reward_clip=True, max_episode_steps=max_episode_steps)
+
+
+def test_envpool_ignores_the_action_after_a_done_and_returns_the_last_frame_on_truncation():
+    """The two envpool facts the default mode is built on (docs/ppo_atari_envpool.md, Auto-reset done right):
+    the step after a done resets whatever the action, so masking it loses no signal; and the frame that comes
+    with truncated=True is the game's own last frame, so V(obs[t+1]) is the right bootstrap."""
+    a, b = one_env(), one_env()
+    a.reset(), b.reset()
+    rng = np.random.default_rng(0)
+    done, reset_steps = False, 0
+    for _ in range(3000):
+        action = rng.integers(0, 4, 1)
+        step_a = a.step(action)
+        step_b = b.step((action + 2) % 4 if done else action)  # another action only on the reset step
+        assert np.array_equal(step_a[0], step_b[0])  # the same frame: the reset step ignored the action
+        reset_steps += done
+        done = bool(step_a[2][0] or step_a[3][0])
+        if reset_steps == 3:
+            break
+    assert reset_steps == 3
+    for _ in range(3):  # on a normal step the action does matter: RIGHT and LEFT move the paddle apart
+        frame_a, frame_b = a.step(np.array([2]))[0], b.step(np.array([3]))[0]
+    assert not np.array_equal(frame_a, frame_b)
+
+    short, long = one_env(max_episode_steps=60), one_env()
+    short.reset(), long.reset()
+    for _ in range(200):  # the same actions in both; lives lost on the way reset within the game
+        action = rng.integers(0, 4, 1)
+        obs_s, _, term, trunc, _ = short.step(action)
+        obs_l, *_ = long.step(action)
+        if trunc[0]:
+            break
+    assert trunc[0] and not term[0]
+    assert np.array_equal(obs_s, obs_l)  # the last frame of the game that goes on in `long`, not a reset frame
+    assert not np.array_equal(short.step(np.array([0]))[0], long.step(np.array([0]))[0])  # then a new game
+
+
+def cleanrl_rollout(envs, agent, actions, num_steps):
+    """CleanRL's rollout semantics written out on their own, replaying given actions: float frames / 255,
+    done = terminated or truncated (per life), stored with the frame it follows, and its GAE loop."""
+    obs, _ = envs.reset()
+    next_obs, next_done = torch.tensor(obs, dtype=torch.float32), torch.zeros(envs.config["num_envs"])
+    stored = {k: [] for k in ("obs", "rewards", "dones", "values")}
+    for step in range(num_steps):
+        with torch.no_grad():
+            value = agent.critic(agent.network(next_obs / 255.0)).flatten()
+        stored["obs"].append(next_obs), stored["dones"].append(next_done), stored["values"].append(value)
+        obs, reward, term, trunc, _ = envs.step(actions[step].numpy())
+        stored["rewards"].append(torch.tensor(reward))
+        next_obs, next_done = torch.tensor(obs, dtype=torch.float32), torch.tensor(np.logical_or(term, trunc), dtype=torch.float32)
+    with torch.no_grad():
+        next_value = agent.critic(agent.network(next_obs / 255.0)).flatten()
+    out = {k: torch.stack(v) for k, v in stored.items()}
+    out["advantages"] = torch.tensor([cleanrl_gae(out["rewards"][:, i].tolist(), out["values"][:, i].tolist(),
+                                                  out["dones"][:, i].tolist(), next_value[i].item(), next_done[i].item(),
+                                                  0.99, 0.95) for i in range(out["rewards"].shape[1])]).T
+    return out
+
+
+def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
+    """Our rollout (uint8 frames, the done/terminated pairing) and GAE against CleanRL's written out, on Breakout
+    with lives lost: the same frames, rewards, dones and advantages in both modes (no truncation in 128 steps, so
+    the default mode differs only in its mask, which drops exactly the reset steps)."""
+    num_envs, num_steps = 4, 128
+    torch.manual_seed(0)
+    envs = m.make_envs("Breakout-v5", num_envs, seed=2)
+    agent = m.Agent(envs.action_space.n, channels_last=True).to(memory_format=torch.channels_last).eval()
+    args = m.Args(num_envs=num_envs, num_steps=num_steps)
+    storage = m.make_storage(num_steps, num_envs, envs.observation_space.shape, "cpu")
+    obs, _ = envs.reset()
+    zeros = torch.zeros(num_envs)
+    _, state = m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(num_envs),
+                                 args, "cpu", no_autocast)
+    with torch.no_grad():
+        _, next_value = agent(state[0])
+
+    reference = cleanrl_rollout(m.make_envs("Breakout-v5", num_envs, seed=2), agent, storage.actions, num_steps)
+    assert storage.dones.sum() >= 4 and storage.rewards.sum() > 0  # lives were lost and points scored
+    assert torch.equal(storage.obs.float(), reference["obs"])
+    assert torch.equal(storage.rewards, reference["rewards"]) and torch.equal(storage.dones, reference["dones"])
+    assert torch.allclose(storage.values, reference["values"], atol=1e-5)
+    for cleanrl_compat in (True, False):
+        terminations, next_term = m.bootstrap_terminations(storage, state, cleanrl_compat)
+        advantages, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
+                                             state[1], next_term, args.gamma, args.gae_lambda)
+        assert torch.allclose(advantages, reference["advantages"], atol=1e-4)
+        assert torch.equal(m.valid_mask(storage.dones, cleanrl_compat),
+                           torch.ones_like(storage.dones) if cleanrl_compat else 1.0 - reference["dones"])
+
+
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)
