@@ -31,8 +31,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 TORCH_SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco"]
 JAX_SCRIPTS = ["ppo_ewma_jax2d", "sfl_kinetix_jax"]
-# the update on the GPU as a user runs it: compiled (the Procgen test file turns compile off for its CPU runs)
-ON_GPU = ["--cuda", "--compile", "--diagnostics-every", "1", "--seed", "1"]
+# the update on the GPU as a user runs it: compiled (the Procgen test file turns compile off for its CPU runs); a
+# constant lr, since an annealed one depends on the total, which differs between a whole run and its first half
+ON_GPU = ["--cuda", "--compile", "--diagnostics-every", "1", "--seed", "1", "--no-anneal-lr"]
 PPO_DIAGNOSTICS = {"diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean", "diagnostics/ess_pct"}
 SHARED_DIAGNOSTICS = {"diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
                       "diagnostics/grad_norm", "diagnostics/update_size", "diagnostics/grad_kurtosis"}
