@@ -85,6 +85,9 @@ class Args(ScalingArgs, RunArgs):
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
+    tf32: bool = True
+    """on CUDA, TF32 tensor cores for fp32 matmuls and convolutions (faster on Ampere and later GPUs, 10-bit
+    mantissa inputs); --no-tf32 keeps full fp32. No effect on CPU (docs/gpu.md)"""
     capture_video: bool = False
     """(CleanRL flag; video needs moviepy, not in requirements.txt) rejected with a clear message if set"""
     bf16: bool = False
@@ -963,6 +966,7 @@ def finish_run(logger, args, status, global_step, iteration, clock, steps_taken,
 def main():
     args, scaling, ckpt = read_args()
     world_size, rank, device = init_distributed(args)
+    set_tf32(device, args.tf32)
     local_envs = args.num_envs // world_size
     if rank == 0:
         print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
@@ -1105,6 +1109,17 @@ def init_distributed(args) -> tuple:
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return world_size, rank, device
+
+
+def set_tf32(device, enabled: bool) -> None:
+    """TF32 tensor cores for fp32 matmuls and convolutions on CUDA (inputs rounded to a 10-bit mantissa, fp32
+    accumulation: https://docs.pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices);
+    a CPU run is left as it is. The allow_tf32 switches, not the per-backend fp32_precision ones: after those, torch
+    2.13's own getters that inductor calls (get_float32_matmul_precision, cudnn.allow_tf32) raise."""
+    if device.type != "cuda":
+        return
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> tuple:

@@ -1,10 +1,13 @@
-"""The order in which pytest-xdist hands test files to its two workers (pytest.ini: -n 2 --dist loadfile).
+"""Two hooks: the order in which pytest-xdist hands test files to its two workers (pytest.ini: -n 2 --dist loadfile),
+and the skip of gpu-marked tests where torch sees no CUDA device (at the end).
 
 xdist 3.6 hands out files by their number of tests, so the heaviest file (test_ppo_ewma_jax2d.py, 39 tests, 9 minutes
 of compiles) started after lighter files with more tests and one worker ran on alone at the end: 1,105 s against
 958 s when replayed from the measured file times, 18:51 wall in a clean clone. Heaviest first (longest processing
 time first) evens the two workers out (1,031 s each in the same replay)."""
 import os
+
+import pytest
 
 # Seconds of each file's tests, measured on this 2-core machine in a clean clone (pytest --durations=0 --junitxml,
 # 2026-11-28); a file not listed counts as 0 and keeps xdist's order among those. Only the order depends on these.
@@ -16,6 +19,7 @@ FILE_SECONDS = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # a machine without pytest-xdist (a GPU image) still loads this file
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadfile":
         return None  # another --dist: xdist's own scheduler
@@ -29,3 +33,18 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return HeaviestFileFirst(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu are skipped where torch sees no CUDA device (pytest.ini's marker). torch is imported only
+    when such a test was collected, so a run of other files does not pay for it here."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in gpu_items:
+        item.add_marker(skip)

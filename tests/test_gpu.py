@@ -1,0 +1,219 @@
+"""Every script a few iterations on a CUDA GPU (pytest -m gpu tests/test_gpu.py): diagnostics on, losses finite, the
+run directory complete, and a checkpoint resumed. Tests marked gpu are skipped where torch sees no CUDA device
+(tests/conftest.py); their last results are on docs/gpu.md. They reuse the tiny configurations of each script's own
+test file and run in this process (tests/inprocess.py), the torch scripts first, then the JAX scripts.
+
+What "resumed" asserts on a GPU:
+- ppo_continuous_mujoco.py (gymnasium envs): 2 + 2 resumed iterations equal 4 in one go to the last bit, as on CPU.
+  Its kernels are deterministic: cuBLAS gives the same bits for the same shapes on one GPU, a small MLP meets no
+  atomics, and the actions come from the CUDA generator that the checkpoint holds.
+- ppo_atari_envpool.py, pqn_atari.py, ppo_procgen.py: envpool cannot save its envs, so a resumed run restarts them
+  (docs/run_directory.md) and only continues: the same iterations and steps, Adam's state carried on.
+- the JAX scripts: the resumed run continues. Not compared bit for bit: XLA's GPU scatter-adds use atomics, whose
+  order varies between runs (https://github.com/google/jax/discussions/10674); bit-exact resume is a CPU guarantee.
+"""
+import importlib
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from inprocess import main_inprocess  # noqa: E402
+
+# torch and JAX share the GPU in this process: JAX takes memory as it needs it instead of 75% of it up front
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+TORCH_SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco"]
+JAX_SCRIPTS = ["ppo_ewma_jax2d", "sfl_kinetix_jax"]
+# the update on the GPU as a user runs it: compiled (the Procgen test file turns compile off for its CPU runs); a
+# constant lr, since an annealed one depends on the total, which differs between a whole run and its first half
+ON_GPU = ["--cuda", "--compile", "--diagnostics-every", "1", "--seed", "1", "--no-anneal-lr"]
+PPO_DIAGNOSTICS = {"diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean", "diagnostics/ess_pct"}
+SHARED_DIAGNOSTICS = {"diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
+                      "diagnostics/grad_norm", "diagnostics/update_size", "diagnostics/grad_kurtosis"}
+
+
+def require_envs(script: str, m) -> None:
+    """Skip where this machine lacks the script's environments (a CUDA image may carry envpool's Atari part only)."""
+    envpool = pytest.importorskip("envpool")
+    if script == "ppo_procgen" and m.envpool_id("bigfish", "easy") not in envpool.list_all_envs():
+        pytest.skip("envpool without its Procgen games")
+    if script == "ppo_continuous_mujoco":
+        pytest.importorskip("mujoco")
+
+
+def tiny_flags(script: str) -> list:
+    """The script's tiny configuration from its own test file."""
+    return list(importlib.import_module(f"test_{script}").TINY)
+
+
+def batch_of(flags: list) -> int:
+    value = {flags[i]: flags[i + 1] for i in range(len(flags) - 1) if flags[i].startswith("--")}
+    return int(value["--num-envs"]) * int(value["--num-steps"])
+
+
+def run(m, args: list, root) -> str:
+    """main() in this process; the run directory it wrote. torch's thread count is put back (a script sets it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        code, stdout, stderr = main_inprocess(m, args, root)
+    finally:
+        torch.set_num_threads(threads)
+    assert code in (0, None), stderr[-3000:]
+    (run_dir,) = (root / "runs").iterdir()
+    return str(run_dir)
+
+
+def read_rows(run_dir: str) -> list:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def loss_rows(run_dir: str, loss_tag: str) -> list:
+    """(iteration, global_step, every losses/ value) of each training iteration, in order."""
+    return [(r["iteration"], r["global_step"], sorted((k, v) for k, v in r.items() if k.startswith("losses/")))
+            for r in read_rows(run_dir) if loss_tag in r]
+
+
+def load_checkpoint(run_dir: str) -> dict:
+    with open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb") as f:
+        return pickle.load(f)
+
+
+def assert_complete_and_finite(run_dir: str, iterations: int, diagnostics: set) -> dict:
+    """The run directory of a finished run: config, metrics, TensorBoard events, checkpoint, summary; every logged
+    value finite (explained variance may be nan on a constant target); the diagnostics logged. Returns config.json."""
+    names = set(os.listdir(run_dir))
+    assert {"config.json", "metrics.jsonl", "summary.json", "checkpoints"} <= names, names
+    assert any(n.startswith("events.out.tfevents.") for n in names), names
+    rows = read_rows(run_dir)
+    for row in rows:
+        for tag, value in row.items():
+            if isinstance(value, float) and tag != "losses/explained_variance":
+                assert math.isfinite(value), (tag, value)
+    assert diagnostics <= set().union(*rows), diagnostics - set().union(*rows)
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["status"] == "finished" and summary["iteration"] == iterations
+    assert load_checkpoint(run_dir)["iteration"] == iterations
+    return json.load(open(os.path.join(run_dir, "config.json")))
+
+
+# ------------------------------------------------------------------------------------------------ the marker
+def test_gpu_tests_are_skipped_without_cuda(monkeypatch):
+    """The conftest hook: without CUDA a gpu-marked item gets a skip marker, other items none; with CUDA none."""
+    import conftest
+    import torch
+
+    class Item:
+        def __init__(self, gpu):
+            self.markers = [pytest.mark.gpu.mark] if gpu else []
+
+        def get_closest_marker(self, name):
+            return next((mk for mk in self.markers if mk.name == name), None)
+
+        def add_marker(self, marker):
+            self.markers.append(marker.mark)
+
+    for available, skipped in [(False, [True, False]), (True, [False, False])]:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+        items = [Item(gpu=True), Item(gpu=False)]
+        conftest.pytest_collection_modifyitems(None, items)
+        assert [item.get_closest_marker("skip") is not None for item in items] == skipped
+
+
+def test_the_suite_loads_without_pytest_xdist():
+    """A CUDA image may have pytest without pytest-xdist: conftest's xdist hook must not stop the run there."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
+                          "-q", os.path.join(ROOT, "tests", "test_gpu.py"), "-k", "skipped_without_cuda"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------ torch scripts
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", TORCH_SCRIPTS)
+def test_torch_script_trains_checkpoints_and_resumes_on_gpu(script, tmp_path):
+    import torch
+
+    m = importlib.import_module(f"cleanrl_scaling.{script}")
+    require_envs(script, m)
+    flags = tiny_flags(script) + ON_GPU
+    batch = batch_of(flags)
+    loss_tag = "losses/td_loss" if script == "pqn_atari" else "losses/policy_loss"
+    diagnostics = SHARED_DIAGNOSTICS | (set() if script == "pqn_atari" else PPO_DIAGNOSTICS)
+
+    whole = run(m, flags + ["--total-timesteps", str(4 * batch)], tmp_path / "whole")
+    config = assert_complete_and_finite(whole, 4, diagnostics)
+    assert config["device"].startswith("cuda") and config["args"]["tf32"] is True
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # --tf32, the default
+    if script != "pqn_atari":
+        assert os.path.exists(os.path.join(whole, "kl_profile.jsonl"))
+
+    half = run(m, flags + ["--total-timesteps", str(2 * batch)], tmp_path / "half")
+    before = load_checkpoint(half)
+    resumed = run(m, flags + ["--total-timesteps", str(4 * batch), "--resume",
+                              os.path.join(half, "checkpoints", "latest.ckpt")], tmp_path / "half")
+    assert resumed == half  # a resumed run continues in its own run directory
+    assert_complete_and_finite(resumed, 4, diagnostics)
+    rows = loss_rows(resumed, loss_tag)
+    assert [(it, step) for it, step, _ in rows] == [(i, i * batch) for i in range(1, 5)]
+    after = load_checkpoint(resumed)
+    step = lambda ckpt: max(s["step"] for s in ckpt["optimizer"]["state"].values())  # noqa: E731
+    assert step(after) > step(before)
+    if script == "ppo_continuous_mujoco":  # bit-exact: the module docstring says why
+        assert rows == loss_rows(whole, loss_tag)
+        weights = load_checkpoint(whole)["agent"]
+        assert all(torch.equal(weights[k], after["agent"][k]) for k in weights)
+
+
+@pytest.mark.gpu
+def test_tf32_flag_switches_cuda_matmuls_and_changes_the_numbers(tmp_path):
+    """Three 1-iteration Atari runs: --tf32 twice (the same bits: the run is reproducible on one GPU) and --no-tf32
+    (other bits: TF32 was in effect). The switches are read back after each run."""
+    import torch
+
+    m = importlib.import_module("cleanrl_scaling.ppo_atari_envpool")
+    require_envs("ppo_atari_envpool", m)
+    flags = tiny_flags("ppo_atari_envpool") + ON_GPU + ["--total-timesteps", str(batch_of(tiny_flags("ppo_atari_envpool")))]
+    losses = {}
+    for name, tf32 in [("on", "--tf32"), ("again", "--tf32"), ("off", "--no-tf32")]:
+        run_dir = run(m, flags + [tf32], tmp_path / name)
+        assert torch.backends.cuda.matmul.allow_tf32 is (tf32 == "--tf32")
+        assert torch.backends.cudnn.allow_tf32 is (tf32 == "--tf32")
+        assert json.load(open(os.path.join(run_dir, "config.json")))["args"]["tf32"] is (tf32 == "--tf32")
+        losses[name] = loss_rows(run_dir, "losses/policy_loss")
+    assert losses["on"] == losses["again"], "two runs with the same flags differ on this GPU"
+    assert losses["on"] != losses["off"], "--no-tf32 gave TF32's bits: TF32 was not in effect"
+
+
+# ------------------------------------------------------------------------------------------------ JAX scripts
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", JAX_SCRIPTS)
+def test_jax_script_runs_on_the_gpu_backend(script, tmp_path, monkeypatch):
+    """A tiny run with diagnostics and evaluation on JAX's default backend, which must be the GPU; then 2 iterations
+    and a resume to 4, which continues."""
+    pytest.importorskip("kinetix")
+    m = importlib.import_module(f"cleanrl_scaling.{script}")
+    t = importlib.import_module(f"test_{script}")
+    monkeypatch.setattr(m, "make_train", t.shared_make_train)  # the three runs share one traced program
+    flags = ["--diagnostics-every", "2", "--eval-every", "2"]
+    diagnostics = {"diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/feature_rank"}
+
+    whole = run(m, t.tiny(4) + flags, tmp_path / "whole")
+    config = assert_complete_and_finite(whole, 4, diagnostics)
+    assert config["platform"] == "gpu", f"JAX ran on {config['platform']}: install JAX's CUDA plugin (docs/installation.md)"
+    half = run(m, t.tiny(2) + flags, tmp_path / "half")
+    resumed = run(m, t.tiny(4) + flags + ["--resume", os.path.join(half, "checkpoints", "latest.ckpt")],
+                  tmp_path / "half")
+    assert_complete_and_finite(resumed, 4, diagnostics)
+    iterations = [r["iteration"] for r in read_rows(resumed) if "losses/policy_loss" in r]
+    assert iterations == sorted(set(iterations)) and iterations[-1] == 4
+    assert [it for it in iterations if it > 2] == [it for it, _, _ in loss_rows(whole, "losses/policy_loss") if it > 2]
