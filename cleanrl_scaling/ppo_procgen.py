@@ -1350,7 +1350,7 @@ class StopFlag:
 
 
 # >>> shared:checkpoint
-# Flags a resumed run may change (docs/run_directory.md, Checkpoints and resume): its length, and bookkeeping that
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
 # never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
 # nothing from training, docs/metrics.md); each script adds its own
 RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",

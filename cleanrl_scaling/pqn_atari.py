@@ -637,7 +637,8 @@ def read_args() -> tuple:
     try:
         scaling = validate(args)
         implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume else None
+        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
+                else None)
         check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
@@ -1203,7 +1204,7 @@ class StopFlag:
 
 
 # >>> shared:checkpoint
-# Flags a resumed run may change (docs/run_directory.md, Checkpoints and resume): its length, and bookkeeping that
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
 # never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
 # nothing from training, docs/metrics.md); each script adds its own
 RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",

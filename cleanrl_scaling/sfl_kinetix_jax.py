@@ -1451,7 +1451,8 @@ def read_args() -> tuple:
         scaling = validate(args, sys.argv[1:])
         signature = resume_signature(args, RESUMABLE)  # the flags as given (and the preset's), before apply_scaling
         implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume else None
+        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
+                else None)
         check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
@@ -2096,7 +2097,7 @@ class StopFlag:
 # <<< shared:rundir
 
 # >>> shared:checkpoint
-# Flags a resumed run may change (docs/run_directory.md, Checkpoints and resume): its length, and bookkeeping that
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
 # never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
 # nothing from training, docs/metrics.md); each script adds its own
 RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",

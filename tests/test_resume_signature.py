@@ -1,5 +1,5 @@
-"""What a --resume may change, in every script that resumes (docs/run_directory.md, Checkpoints and resume): each flag
-that changes what a run computes, changed on resume, exits 2 with one line naming it, the checkpoint's value and the
+"""What a --resume may change, in every script that resumes (docs/run_directory.md, What a resume must match): each
+flag that changes what a run computes, changed on resume, exits 2 with one line naming it, the checkpoint's value and the
 given one, before anything is built; each run-length or bookkeeping flag may change; an older checkpoint, whose
 signature records fewer flags, resumes under the flags it ran with; a torch checkpoint resumed into another network
 exits 2 with one line.
@@ -7,9 +7,9 @@ exits 2 with one line.
 Checkpoints are cheap: the torch scripts train one tiny iteration; the JAX scripts (whose first run compiles for
 minutes) write theirs through their own save path with a placeholder state, which the check never reads."""
 import dataclasses
+import contextlib
 import glob
 import io
-import contextlib
 import os
 import pickle
 import sys
@@ -38,14 +38,15 @@ BASE = {
     "pqn_atari": ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "2",
                   "--eval-envs", "2"],
     "ppo_procgen": ["--env-id", "bigfish", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2",
-                    "--update-epochs", "2"],
+                    "--update-epochs", "2", "--eval-every", "0"],
     "ppo_continuous_mujoco": ["--env-id", "HalfCheetah-v4", "--num-envs", "2", "--num-steps", "32",
                               "--minibatch-size", "16", "--update-epochs", "2", "--diagnostics-states", "64"],
     "ppo_ewma_jax2d": ["--num-tasks", "8", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2",
                        "--update-epochs", "2", "--hidden-size", "32", "--eval-attempts", "1"],
-    "sfl_kinetix_jax": ["--no-sfl", "--network", "mlp", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
-                        "--update-epochs", "2", "--hidden-size", "16", "--num-hidden-layers", "2",
-                        "--sfl-num-levels", "8", "--sfl-filter-batch", "4", "--sfl-buffer-size", "4"],
+    "sfl_kinetix_jax": ["--no-sfl", "--network", "mlp", "--num-envs", "4", "--num-steps", "16",
+                        "--num-minibatches", "2", "--update-epochs", "2", "--hidden-size", "16",
+                        "--num-hidden-layers", "2", "--sfl-num-levels", "8", "--sfl-filter-batch", "4",
+                        "--sfl-buffer-size", "4"],  # --no-sfl: so that --train-levels may be given
 }
 TORCH_COMMON = ["--no-compile", "--diagnostics-every", "0", "--progress", "none"]
 JAX_COMMON = ["--diagnostics-every", "0", "--progress", "none", "--eval-every", "0"]
@@ -66,31 +67,30 @@ RESUMABLE = {
                         "estimate_memory"},
 }
 COMPUTED = {"batch_size", "num_iterations"}
-# flags with no other valid value to resume with: refused on every run (no renderer), one environment only
-NEVER_VALID = {"capture_video"}
-ONE_VALUE = {"ppo_ewma_jax2d": {"env_id"}}
+# flags with no other valid value to resume with: --capture-video is refused on every run (no renderer), and
+# ppo_ewma_jax2d knows one environment
+NO_OTHER_VALUE = {script: {"capture_video"} | ({"env_id"} if script == "ppo_ewma_jax2d" else set()) for script in BASE}
 
 # Another value for flags whose generic one (other_value) is not valid with the base configuration
 OTHER = {
     "ppo_atari_envpool": {"env_id": "Pong-v5", "minibatch_size": 32},
     "pqn_atari": {"env_id": "Pong-v5", "minibatch_size": 8, "scaling_recipe": "larger-minibatches"},
-    "ppo_procgen": {"env_id": "starpilot", "minibatch_size": 32, "num_envs": 2, "scaling_recipe": "larger-minibatches"},
+    "ppo_procgen": {"env_id": "starpilot", "minibatch_size": 32, "num_envs": 2,
+                    "scaling_recipe": "larger-minibatches"},
     "ppo_continuous_mujoco": {"env_id": "Hopper-v4", "num_minibatches": 2, "minibatch_size": 32},
     "ppo_ewma_jax2d": {"minibatch_size": 32, "scaling_recipe": "larger-minibatches"},
     "sfl_kinetix_jax": {"env_size": "m", "network": "transformer", "obs_dtype": "bfloat16", "preset": "2048",
-                        "minibatch_size": 32, "scaling_recipe": "larger-minibatches", "num_envs": 8, "sfl_num_levels": 16, "sfl_filter_batch": 8,
-                        "sfl_buffer_size": 2, "num_heads": 4, "attention_size": 32,
-                        "train_levels": ("s/h4_thrust_aim",)},
+                        "minibatch_size": 32, "scaling_recipe": "larger-minibatches", "num_envs": 8,
+                        "sfl_num_levels": 16, "sfl_filter_batch": 8, "sfl_buffer_size": 2, "num_heads": 4,
+                        "attention_size": 32, "train_levels": ("s/h4_thrust_aim",)},
 }
-TARGETS = [(script, name) for script, m in MODULES.items() for name in (f.name for f in dataclasses.fields(m.Args))
-           if name not in SHARED_RESUMABLE | RESUMABLE[script] | COMPUTED | NEVER_VALID | ONE_VALUE.get(script, set())]
+TARGETS = [(script, f.name) for script, m in MODULES.items() for f in dataclasses.fields(m.Args)
+           if f.name not in SHARED_RESUMABLE | RESUMABLE[script] | COMPUTED | NO_OTHER_VALUE[script]]
 ALLOWED = [(script, name) for script in MODULES for name in sorted((SHARED_RESUMABLE | RESUMABLE[script]) - {"resume"})]
 
 
 def base_argv(script: str, root) -> list:
-    common = TORCH_COMMON + (["--eval-every", "0"] if script == "ppo_procgen" else []) \
-        if script in TORCH else JAX_COMMON
-    return BASE[script] + common + ["--runs-dir", str(root / "runs")]
+    return BASE[script] + (TORCH_COMMON if script in TORCH else JAX_COMMON) + ["--runs-dir", str(root / "runs")]
 
 
 def total_flag(script: str, iterations: int) -> list:
@@ -116,7 +116,7 @@ def checkpoints(tmp_path_factory):
 def train_one_iteration(script: str, root) -> str:
     threads = torch.get_num_threads()  # ppo_continuous_mujoco sets --torch-threads for the process
     try:
-        code, _, err = main_inprocess(MODULES[script], base_argv(script, root)[:-2] + total_flag(script, 1), root)
+        code, _, err = main_inprocess(MODULES[script], base_argv(script, root) + total_flag(script, 1), root)
     finally:
         torch.set_num_threads(threads)
     assert code in (0, None), err[-3000:]
@@ -155,16 +155,11 @@ def read_args(m, argv: list) -> tuple:
         sys.argv = old
 
 
-def field_type(m, name: str):
-    hints = typing.get_type_hints(m.Args)
-    return hints[name]
-
-
 def other_value(m, script: str, name: str, value):
     """A value of the flag other than `value`, valid with the base configuration."""
     if name in OTHER[script]:
         return OTHER[script][name]
-    kind = field_type(m, name)
+    kind = typing.get_type_hints(m.Args)[name]
     if typing.get_origin(kind) is typing.Literal:
         return next(choice for choice in typing.get_args(kind) if choice != value)
     if isinstance(value, bool):
@@ -326,7 +321,7 @@ def test_a_torch_checkpoint_resumed_into_another_network_exits_2(script, checkpo
     before = open(metrics).read()
     threads = torch.get_num_threads()
     try:
-        code, _, err = main_inprocess(m, base_argv(script, tmp_path)[:-2] + total_flag(script, ITERATIONS)
+        code, _, err = main_inprocess(m, base_argv(script, tmp_path) + total_flag(script, ITERATIONS)
                                       + ["--resume", path], tmp_path)
     finally:
         torch.set_num_threads(threads)
