@@ -82,9 +82,11 @@ def load_run(run_dir: str) -> Run:
     import tyro
     argv = run_argv(run_dir)
     args = tyro.cli(m.Args, args=argv)
-    m.apply_scaling(args, m.validate(args, argv))
-    ckpt = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, m.signature(args),
-                             flag=run_dir, implied=m.SIGNATURE_IMPLIED)
+    scaling = m.validate(args, argv)
+    signature = m.resume_signature(args, m.RESUMABLE)  # before apply_scaling rewrites the lr and minibatches
+    m.apply_scaling(args, scaling)
+    ckpt = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, signature, flag=run_dir,
+                             implied=m.older_signature(args, m.RESUMABLE, m.SIGNATURE_IMPLIED), resolved=scaling)
     return Run(os.path.basename(os.path.normpath(run_dir)), args, m.make_train(args), ckpt)
 
 

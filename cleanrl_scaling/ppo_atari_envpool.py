@@ -570,19 +570,20 @@ def validate(args) -> dict:
     return scaling
 
 
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the data layout)."""
-    return {"env_id": args.env_id, "separate_encoders": args.separate_encoders, "num_envs": args.num_envs,
-            "num_steps": args.num_steps}
+# Flags a resume may change besides the shared ones: the evaluation of --save-model and the saved features (their
+# own envs and RNG streams, never training's)
+RESUMABLE = ("eval_episodes", "save_features_every", "features_states")
 
 
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, and the checkpoint to resume (or None); every usage
-    error exits 2 here, before anything heavy starts."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to resume
+    (or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args)
+    signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args)) if args.resume else None
+        ckpt = load_checkpoint(args.resume, SCRIPT, signature, implied=older_signature(args, RESUMABLE),
+                               resolved=scaling) if args.resume else None
         check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
@@ -590,7 +591,7 @@ def read_args() -> tuple:
     args.num_minibatches = scaling["num_minibatches"]
     args.learning_rate = scaling["learning_rate"]
     args.num_iterations = args.total_timesteps // args.batch_size
-    return args, scaling, ckpt
+    return args, scaling, signature, ckpt
 
 
 def seed_everything(args, rank: int) -> None:
@@ -619,7 +620,7 @@ def build_agent(args, num_actions: int, device) -> tuple:
 
 def restore(ckpt: dict, agent, optimizer, args, rank: int, device) -> None:
     """Weights, Adam state and this rank's RNG streams from a checkpoint."""
-    agent.load_state_dict(ckpt["agent"])
+    load_weights(agent, ckpt["agent"])
     optimizer.load_state_dict(ckpt["optimizer"])
     optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's --learning-rate, not the saved one
     rng = ckpt["rng"][rank]
@@ -630,7 +631,8 @@ def restore(ckpt: dict, agent, optimizer, args, rank: int, device) -> None:
         torch.cuda.set_rng_state(rng["cuda"], device)
 
 
-def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent, optimizer, world_size, rank, device):
+def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_time, agent, optimizer, world_size, rank,
+                        device):
     """latest.ckpt: weights, Adam and every rank's RNG streams (gathered to rank 0, which writes)."""
     rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
              "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}]
@@ -640,7 +642,7 @@ def save_run_checkpoint(run_dir, args, iteration, global_step, wall_time, agent,
         rngs = gathered
     if rank == 0:
         save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
-            "script": SCRIPT, "signature": signature(args), "iteration": iteration, "global_step": global_step,
+            "script": SCRIPT, "signature": signature, "iteration": iteration, "global_step": global_step,
             "wall_time": wall_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
             "agent": {k: v.cpu() for k, v in agent.state_dict().items()},
             "optimizer": optimizer.state_dict(), "rng": rngs})
@@ -709,7 +711,7 @@ def finish_run(logger, args, status, global_step, iteration, clock, steps_taken,
 
 
 def main():
-    args, scaling, ckpt = read_args()
+    args, scaling, signature, ckpt = read_args()
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
     local_envs = args.num_envs // world_size
@@ -741,7 +743,8 @@ def main():
     status, iteration = "finished", start_iteration
 
     def checkpoint(iteration):
-        save_run_checkpoint(run_dir, args, iteration, global_step, clock.wall_time(), agent, optimizer, world_size, rank, device)
+        save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), agent, optimizer,
+                            world_size, rank, device)
 
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
@@ -881,6 +884,21 @@ def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
     """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
     finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
     return all_ranks_agree(finite, world_size, device)
+
+
+def load_weights(model, saved: dict, flag: str = "--resume") -> None:
+    """A checkpoint's weights into model, or one line and exit 2 when another network wrote them (a class changed
+    since: the script's docs page, Changing the network)."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in saved]
+    unexpected = [k for k in saved if k not in own]
+    reshaped = [k for k in own if k in saved and tuple(own[k].shape) != tuple(saved[k].shape)]
+    if missing or unexpected or reshaped:
+        first = (f"{reshaped[0]} is {list(saved[reshaped[0]].shape)} there, {list(own[reshaped[0]].shape)} here"
+                 if reshaped else f"{len(missing)} of this network's tensors missing, {len(unexpected)} unknown")
+        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); resume it with the "
+                              "network that wrote it, or leave out --resume to start a new run"))
+    model.load_state_dict(saved)
 # <<< shared:torch-run-plumbing
 
 
@@ -1169,14 +1187,46 @@ class StopFlag:
 
 
 # >>> shared:checkpoint
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
+# never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
+# nothing from training, docs/metrics.md); each script adds its own
+RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",
+                   "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
+                   "kl_profile")
+COMPUTED_FIELDS = ("batch_size", "num_iterations")  # computed from the flags, never given
+RESOLVED_FLAGS = ("learning_rate", "num_minibatches")  # flags the scaling recipes rewrite in args (docs/scaling.md)
+UNRECORDED = object()
+
+
+def resume_signature(args, resumable=()) -> dict:
+    """What a resumed run must share with its checkpoint: every field of args but the resumable flags and the
+    computed fields, so that a flag added later is checked by default. Taken from the flags as given, before the
+    scaling writes the resolved lr and minibatches into args."""
+    skip = set(RESUMABLE_FLAGS) | set(COMPUTED_FIELDS) | set(resumable)
+    return {f.name: plain(getattr(args, f.name)) for f in dataclasses.fields(args) if f.name not in skip}
+
+
+def older_signature(args, resumable=(), implied=None) -> dict:
+    """What a checkpoint written before a flag existed stands for: the flag's default (the behaviour it had before the
+    flag), or `implied`'s value where the default changed that behaviour."""
+    return {**resume_signature(type(args)(), resumable), **(implied or {})}
+
+
+def plain(value):
+    """Tuples as lists, so that a signature compares equal whichever sequence type recorded it."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
-    written before them stands for, so those checkpoints still resume (and still must match)."""
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None, resolved=None,
+                    new_run: str = "leave out --resume to start a new run") -> dict:
+    """Read and validate a checkpoint before anything heavy is built (docs/run_directory.md); messages name `flag`, the
+    flag that gave the path, and on a mismatch `new_run`, the way to other flags. A key the checkpoint's signature
+    lacks (it predates the key) takes the value its args record, else `implied`'s (older_signature); `resolved` holds
+    this run's resolved lr and minibatches, which those args record."""
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
@@ -1186,14 +1236,26 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(isinstance(state, dict) and state.get("script") == script,
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
-    implied = implied or {}
     for key, value in signature.items():
-        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
-              f"version of {script} wrote it); resume it with that version")
-        saved = state["signature"].get(key, implied.get(key))
-        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
-              f"pass {as_flag(key, saved)}")
+        saved = recorded_value(state, key, value, implied or {}, resolved or {})
+        check(saved is not UNRECORDED, f"{flag}: {path} does not record {key} (an older version of {script} wrote "
+              f"it); resume it with that version")
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; pass "
+              f"{as_flag(key, saved)}" + (f" to resume it, or {new_run}" if flag == "--resume" else ""))
     return state
+
+
+def recorded_value(state: dict, key: str, value, implied: dict, resolved: dict):
+    """The checkpoint's value of a signature key: its signature's, else its args' (a resolved flag there stands for
+    this run's `value` when both resolve alike), else `implied`'s, else UNRECORDED."""
+    args = state.get("args", {})
+    if key in state.get("signature", {}):
+        return state["signature"][key]
+    if key in args and key in RESOLVED_FLAGS and key in resolved:
+        return value if args[key] == resolved[key] else args[key]
+    if key in args:
+        return plain(args[key])
+    return implied.get(key, UNRECORDED)
 
 
 def as_flag(key: str, value) -> str:

@@ -765,23 +765,35 @@ def apply_scaling(args, scaling: dict) -> None:
         args.eval_attempts = default_eval_attempts(args.num_tasks)
 
 
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes and the task set). Not --eval-attempts:
-    the evaluation draws from its own key and never changes training, so a resumed run may evaluate with another K."""
-    return {"env_id": args.env_id, "num_envs": args.num_envs, "num_tasks": args.num_tasks, "task_seed": args.task_seed,
-            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers}
+# Flags a resume may change besides the shared ones: the evaluation (its own key, never training's: a run may go on
+# with another K), the kept checkpoints, and --init-from, which --resume overrides
+RESUMABLE = ("eval_every", "eval_attempts", "keep_checkpoints", "init_from")
+# what --init-from must share with its checkpoint: the shapes of the state it continues (network, envs, tasks)
+INIT_FROM_KEYS = ("env_id", "num_envs", "num_tasks", "task_seed", "hidden_size", "num_hidden_layers")
+
+
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted reload continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to the grid point's argv, which holds the
+    --init-from it started from)."""
+    implied = older_signature(args, RESUMABLE)
+    if args.resume:
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its state")
+    if args.init_from:
+        shapes = {key: signature[key] for key in INIT_FROM_KEYS}
+        return load_checkpoint(args.init_from, SCRIPT, shapes, "--init-from", implied=implied)
+    return None
 
 
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, and the checkpoint to start from (--resume or
-    --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args)
+    signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
-        # --resume wins over --init-from: an interrupted reload continues from its own checkpoint (the launcher's
-        # --resume-unfinished appends --resume to the grid point's argv, which holds the --init-from it started from)
-        source, flag = (args.resume, "--resume") if args.resume else (args.init_from, "--init-from")
-        ckpt = load_checkpoint(source, SCRIPT, signature(args), flag) if source else None
+        ckpt = load_start(args, signature, scaling)
         last = args.total_timesteps // scaling["batch_size"]  # the run's final iteration
         check(not ckpt or ckpt["iteration"] < last,
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
@@ -792,7 +804,7 @@ def read_args() -> tuple:
     except UsageError as e:
         exit_usage(e)
     apply_scaling(args, scaling)
-    return args, scaling, ckpt
+    return args, scaling, signature, ckpt
 
 
 def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
@@ -879,11 +891,11 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int):
     return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if args.resume else 0)
 
 
-def save_run_checkpoint(run_dir: str, args, iteration: int, wall_time: float, runner: RunnerState,
+def save_run_checkpoint(run_dir: str, args, signature: dict, iteration: int, wall_time: float, runner: RunnerState,
                         name: str = "latest.ckpt") -> None:
     """The whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves."""
     save_checkpoint(os.path.join(run_dir, "checkpoints", name), {
-        "script": SCRIPT, "signature": signature(args), "iteration": iteration,
+        "script": SCRIPT, "signature": signature, "iteration": iteration,
         "global_step": iteration * args.batch_size, "wall_time": wall_time, "run_dir": run_dir,
         "args": dataclasses.asdict(args), "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
 
@@ -934,14 +946,14 @@ def evaluate_and_log(train: Train, args, logger, iteration: int, params) -> dict
     return scalars
 
 
-def finish_run(train: Train, args, logger, status: str, iteration: int, start_iteration: int, clock: ChunkClock,
-               runner: RunnerState) -> None:
+def finish_run(train: Train, args, signature: dict, logger, status: str, iteration: int, start_iteration: int,
+               clock: ChunkClock, runner: RunnerState) -> None:
     """summary.json; a finished run is also checkpointed, evaluated and (--save-model) saved."""
     final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
     summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": sps_with_warmup}
     if status == "finished":
-        save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner)
+        save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner)
         last_eval = evaluate_and_log(train, args, logger, iteration, runner.train.params)
         summary["solve_rate"] = float(last_eval["charts/solve_rate"])
         summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
@@ -962,7 +974,7 @@ def finish_run(train: Train, args, logger, status: str, iteration: int, start_it
 
 
 def main():
-    args, scaling, ckpt = read_args()
+    args, scaling, signature, ckpt = read_args()
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}"
           + f", eval_attempts={args.eval_attempts}, devices={jax.device_count()}")
 
@@ -1012,14 +1024,15 @@ def main():
         if stop.signum:
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner)
+            save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner)
         if iteration in args.keep_checkpoints:  # kept beside latest.ckpt: another run can start from this state
-            save_run_checkpoint(logger.run_dir, args, iteration, clock.wall_time(), runner, f"iteration_{iteration}.ckpt")
+            save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner,
+                                f"iteration_{iteration}.ckpt")
         logger.flush()
         if status == "interrupted":
             break
 
-    finish_run(train, args, logger, status, iteration, start_iteration, clock, runner)
+    finish_run(train, args, signature, logger, status, iteration, start_iteration, clock, runner)
     if status == "diverged":
         sys.exit(3)
     if status == "interrupted":
@@ -1312,14 +1325,46 @@ class StopFlag:
 
 
 # >>> shared:checkpoint
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
+# never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
+# nothing from training, docs/metrics.md); each script adds its own
+RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",
+                   "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
+                   "kl_profile")
+COMPUTED_FIELDS = ("batch_size", "num_iterations")  # computed from the flags, never given
+RESOLVED_FLAGS = ("learning_rate", "num_minibatches")  # flags the scaling recipes rewrite in args (docs/scaling.md)
+UNRECORDED = object()
+
+
+def resume_signature(args, resumable=()) -> dict:
+    """What a resumed run must share with its checkpoint: every field of args but the resumable flags and the
+    computed fields, so that a flag added later is checked by default. Taken from the flags as given, before the
+    scaling writes the resolved lr and minibatches into args."""
+    skip = set(RESUMABLE_FLAGS) | set(COMPUTED_FIELDS) | set(resumable)
+    return {f.name: plain(getattr(args, f.name)) for f in dataclasses.fields(args) if f.name not in skip}
+
+
+def older_signature(args, resumable=(), implied=None) -> dict:
+    """What a checkpoint written before a flag existed stands for: the flag's default (the behaviour it had before the
+    flag), or `implied`'s value where the default changed that behaviour."""
+    return {**resume_signature(type(args)(), resumable), **(implied or {})}
+
+
+def plain(value):
+    """Tuples as lists, so that a signature compares equal whichever sequence type recorded it."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
-    written before them stands for, so those checkpoints still resume (and still must match)."""
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None, resolved=None,
+                    new_run: str = "leave out --resume to start a new run") -> dict:
+    """Read and validate a checkpoint before anything heavy is built (docs/run_directory.md); messages name `flag`, the
+    flag that gave the path, and on a mismatch `new_run`, the way to other flags. A key the checkpoint's signature
+    lacks (it predates the key) takes the value its args record, else `implied`'s (older_signature); `resolved` holds
+    this run's resolved lr and minibatches, which those args record."""
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
@@ -1329,14 +1374,26 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(isinstance(state, dict) and state.get("script") == script,
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
-    implied = implied or {}
     for key, value in signature.items():
-        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
-              f"version of {script} wrote it); resume it with that version")
-        saved = state["signature"].get(key, implied.get(key))
-        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
-              f"pass {as_flag(key, saved)}")
+        saved = recorded_value(state, key, value, implied or {}, resolved or {})
+        check(saved is not UNRECORDED, f"{flag}: {path} does not record {key} (an older version of {script} wrote "
+              f"it); resume it with that version")
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; pass "
+              f"{as_flag(key, saved)}" + (f" to resume it, or {new_run}" if flag == "--resume" else ""))
     return state
+
+
+def recorded_value(state: dict, key: str, value, implied: dict, resolved: dict):
+    """The checkpoint's value of a signature key: its signature's, else its args' (a resolved flag there stands for
+    this run's `value` when both resolve alike), else `implied`'s, else UNRECORDED."""
+    args = state.get("args", {})
+    if key in state.get("signature", {}):
+        return state["signature"][key]
+    if key in args and key in RESOLVED_FLAGS and key in resolved:
+        return value if args[key] == resolved[key] else args[key]
+    if key in args:
+        return plain(args[key])
+    return implied.get(key, UNRECORDED)
 
 
 def as_flag(key: str, value) -> str:

@@ -1421,25 +1421,13 @@ def validate(args, argv: list) -> dict:
     return scaling
 
 
-def signature(args) -> dict:
-    """What must match for a checkpoint to be resumed by this run (shapes, the seed's level streams and evaluation
-    keys, the update's form)."""
-    return {"seed": args.seed, "env_size": args.env_size, "episode_length": args.episode_length,
-            "network": args.network,
-            "num_envs": args.num_envs, "no_sfl": args.no_sfl,
-            "sfl_buffer_size": args.sfl_buffer_size, "sfl_sample_ratio": args.sfl_sample_ratio,
-            "hidden_size": args.hidden_size, "num_hidden_layers": args.num_hidden_layers, "embed_dim": args.embed_dim,
-            "attention_size": args.attention_size, "num_heads": args.num_heads,
-            "transformer_depth": args.transformer_depth,
-            "level_filter_ratio": args.level_filter_ratio, "level_filter_steps": args.level_filter_steps,
-            "train_levels": list(args.train_levels), "obs_dtype": args.obs_dtype,
-            "minibatch_form": args.minibatch_form, "bootstrap_time_limit": args.bootstrap_time_limit}
-
-
-# signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
-# one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
-# before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
-# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+# Flags a resume may change besides the shared ones: the evaluation (its own levels and key, never training's), the
+# process layout (one process or several compute the same run) and --estimate-memory, which trains nothing
+RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory")
+# what a checkpoint written before a flag existed stands for, where not the flag's default: one written before
+# --train-levels trained on random levels, one written before --obs-dtype on float32 observations; before
+# --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check); one
+# written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
 SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
                      "bootstrap_time_limit": True}
 
@@ -1453,14 +1441,18 @@ def apply_scaling(args, scaling: dict) -> None:
 
 
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, and the checkpoint of --resume (or None); every usage
-    error exits 2 here, before anything heavy starts. With --distributed, the processes join first."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint of --resume
+    (or None); every usage error exits 2 here, before anything heavy starts. With --distributed, the processes join
+    first."""
     if "--distributed" in sys.argv[1:]:  # before anything touches the devices
         init_distributed()
     args = tyro.cli(Args)
     try:
         scaling = validate(args, sys.argv[1:])
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature(args), implied=SIGNATURE_IMPLIED) if args.resume else None
+        signature = resume_signature(args, RESUMABLE)  # the flags as given (and the preset's), before apply_scaling
+        implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
+        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
+                else None)
         check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
@@ -1469,7 +1461,7 @@ def read_args() -> tuple:
     except UsageError as e:
         exit_usage(e)
     apply_scaling(args, scaling)
-    return args, scaling, ckpt
+    return args, scaling, signature, ckpt
 
 
 def describe_run(args, scaling: dict) -> None:
@@ -1624,7 +1616,7 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock,
                             active_before=clock.wall_offset, session_start=clock.start)
 
 
-def save_run_checkpoint(logger, args, iteration: int, clock: ChunkClock, runner: RunnerState) -> None:
+def save_run_checkpoint(logger, args, signature: dict, iteration: int, clock: ChunkClock, runner: RunnerState) -> None:
     """latest.ckpt: the runner state (weights, Adam, theta_prox, RNG key, buffer) as numpy leaves, gathered on every
     process (a collective); process 0 writes it with its logs' sizes, what a resume from it keeps."""
     leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]
@@ -1632,7 +1624,7 @@ def save_run_checkpoint(logger, args, iteration: int, clock: ChunkClock, runner:
         return
     logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
     save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
-        "script": SCRIPT, "signature": signature(args), "iteration": iteration,
+        "script": SCRIPT, "signature": signature, "iteration": iteration,
         "global_step": iteration * args.batch_size, "wall_time": clock.wall_time(),
         "filter_seconds": clock.filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
         "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
@@ -1692,8 +1684,8 @@ def evaluate_and_log(train: Train, args, logger, evaluation: Evaluation, iterati
     return scalars
 
 
-def finish_run(train: Train, args, logger, evaluation: Evaluation, status: str, iteration: int, start_iteration: int,
-               clock: ChunkClock, runner: RunnerState) -> None:
+def finish_run(train: Train, args, signature: dict, logger, evaluation: Evaluation, status: str, iteration: int,
+               start_iteration: int, clock: ChunkClock, runner: RunnerState) -> None:
     """summary.json; a finished run is also evaluated, checkpointed and (--save-model) saved."""
     final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
     summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
@@ -1701,7 +1693,7 @@ def finish_run(train: Train, args, logger, evaluation: Evaluation, status: str, 
                "filter_share": clock.filter_seconds / max(clock.wall_time(), 1e-9)}
     if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
         last_eval = evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
-        save_run_checkpoint(logger, args, iteration, clock, runner)
+        save_run_checkpoint(logger, args, signature, iteration, clock, runner)
         summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
         summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
         print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
@@ -1723,7 +1715,7 @@ def finish_run(train: Train, args, logger, evaluation: Evaluation, status: str, 
 
 
 def main():
-    args, scaling, ckpt = read_args()
+    args, scaling, signature, ckpt = read_args()
     describe_run(args, scaling)
 
     # Envs, levels and agent (one seed: separate streams for init/training, fresh levels, SFL candidates, evaluation)
@@ -1754,7 +1746,7 @@ def main():
             evaluate_and_log(train, args, logger, evaluation, 0, runner.train.params)
         if agreed_stop(stop):
             status = "interrupted"
-            save_run_checkpoint(logger, args, iteration, clock, runner)
+            save_run_checkpoint(logger, args, signature, iteration, clock, runner)
     while iteration < args.num_iterations and status != "interrupted":
         # SFL's buffer (B26 §6, Table 3): every T updates, score N fresh random levels by an L-step rollout of the
         # current policy each, and keep the K of highest learnability p(1 - p)
@@ -1766,7 +1758,7 @@ def main():
                                            functools.partial(agreed_stop, stop))
             if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
                 status = "interrupted"
-                save_run_checkpoint(logger, args, iteration, clock, runner)
+                save_run_checkpoint(logger, args, signature, iteration, clock, runner)
                 break
             runner = refreshed
             stats_buffer = buffer_stats(runner.buffer)  # on every process: a collective
@@ -1809,14 +1801,14 @@ def main():
         if agreed_stop(stop):
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            save_run_checkpoint(logger, args, iteration, clock, runner)
+            save_run_checkpoint(logger, args, signature, iteration, clock, runner)
         if logger:
             logger.flush()
         lockstep("chunk")  # process 0 has logged and written the checkpoint
         if status == "interrupted":
             break
 
-    finish_run(train, args, logger, evaluation, status, iteration, start_iteration, clock, runner)
+    finish_run(train, args, signature, logger, evaluation, status, iteration, start_iteration, clock, runner)
     if status == "diverged":
         sys.exit(3)
     if status == "interrupted":
@@ -2105,14 +2097,46 @@ class StopFlag:
 # <<< shared:rundir
 
 # >>> shared:checkpoint
+# Flags a resumed run may change (docs/run_directory.md, What a resume must match): its length, and bookkeeping that
+# never changes what it computes: names, paths, tracking, progress, checkpoints, and the diagnostics (they draw
+# nothing from training, docs/metrics.md); each script adds its own
+RESUMABLE_FLAGS = ("total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",
+                   "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
+                   "kl_profile")
+COMPUTED_FIELDS = ("batch_size", "num_iterations")  # computed from the flags, never given
+RESOLVED_FLAGS = ("learning_rate", "num_minibatches")  # flags the scaling recipes rewrite in args (docs/scaling.md)
+UNRECORDED = object()
+
+
+def resume_signature(args, resumable=()) -> dict:
+    """What a resumed run must share with its checkpoint: every field of args but the resumable flags and the
+    computed fields, so that a flag added later is checked by default. Taken from the flags as given, before the
+    scaling writes the resolved lr and minibatches into args."""
+    skip = set(RESUMABLE_FLAGS) | set(COMPUTED_FIELDS) | set(resumable)
+    return {f.name: plain(getattr(args, f.name)) for f in dataclasses.fields(args) if f.name not in skip}
+
+
+def older_signature(args, resumable=(), implied=None) -> dict:
+    """What a checkpoint written before a flag existed stands for: the flag's default (the behaviour it had before the
+    flag), or `implied`'s value where the default changed that behaviour."""
+    return {**resume_signature(type(args)(), resumable), **(implied or {})}
+
+
+def plain(value):
+    """Tuples as lists, so that a signature compares equal whichever sequence type recorded it."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None) -> dict:
-    """Read and validate a checkpoint before anything heavy is built (SPEC §6); messages name `flag`, the flag
-    that gave the path. `implied` maps signature keys added in a later version to the value a checkpoint
-    written before them stands for, so those checkpoints still resume (and still must match)."""
+def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None, resolved=None,
+                    new_run: str = "leave out --resume to start a new run") -> dict:
+    """Read and validate a checkpoint before anything heavy is built (docs/run_directory.md); messages name `flag`, the
+    flag that gave the path, and on a mismatch `new_run`, the way to other flags. A key the checkpoint's signature
+    lacks (it predates the key) takes the value its args record, else `implied`'s (older_signature); `resolved` holds
+    this run's resolved lr and minibatches, which those args record."""
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
@@ -2122,14 +2146,26 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(isinstance(state, dict) and state.get("script") == script,
           f"{flag}: {path} was written by {state.get('script') if isinstance(state, dict) else 'another program'}, "
           f"not {script}; use it with that script")
-    implied = implied or {}
     for key, value in signature.items():
-        check(key in state["signature"] or key in implied, f"{flag}: {path} does not record {key} (an older "
-              f"version of {script} wrote it); resume it with that version")
-        saved = state["signature"].get(key, implied.get(key))
-        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; "
-              f"pass {as_flag(key, saved)}")
+        saved = recorded_value(state, key, value, implied or {}, resolved or {})
+        check(saved is not UNRECORDED, f"{flag}: {path} does not record {key} (an older version of {script} wrote "
+              f"it); resume it with that version")
+        check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; pass "
+              f"{as_flag(key, saved)}" + (f" to resume it, or {new_run}" if flag == "--resume" else ""))
     return state
+
+
+def recorded_value(state: dict, key: str, value, implied: dict, resolved: dict):
+    """The checkpoint's value of a signature key: its signature's, else its args' (a resolved flag there stands for
+    this run's `value` when both resolve alike), else `implied`'s, else UNRECORDED."""
+    args = state.get("args", {})
+    if key in state.get("signature", {}):
+        return state["signature"][key]
+    if key in args and key in RESOLVED_FLAGS and key in resolved:
+        return value if args[key] == resolved[key] else args[key]
+    if key in args:
+        return plain(args[key])
+    return implied.get(key, UNRECORDED)
 
 
 def as_flag(key: str, value) -> str:

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "ppo_continuous_mujoco.py")
@@ -92,9 +93,8 @@ def check_run_dir(run_dir, iterations, steps_per_iteration):
     for row in profile:
         assert len(row["seq_kl"]) == steps_per_iteration and len(row["ref_kl"]) == steps_per_iteration
         assert row["ref_kl"][-1] == pytest.approx(row["seq_kl"][-1])  # KL(pi_J || pi_{J-1}) both ways
-    ckpt = load_ckpt(run_dir)
-    args = m.Args(**{k: v for k, v in ckpt["args"].items()})
-    state = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, m.signature(args))
+    given = m.resume_signature(tyro.cli(m.Args, args=config["argv"]), m.RESUMABLE)  # the same command line resumes
+    state = m.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), m.SCRIPT, given)
     assert state["iteration"] == iterations and state["global_step"] == iterations * 64
     agent = m.Agent(17, 6)
     agent.load_state_dict(state["agent"])
@@ -467,11 +467,6 @@ def test_resume_envpool_continues_from_checkpoint_step(tmp_path, capsys):
     steps = [r["global_step"] for r in training_rows(read_metrics(run_dir))]
     assert steps == [64, 128, 192, 256]
     assert load_ckpt(run_dir)["iteration"] == 4
-    # a resume with a new constant lr trains at that lr, not at the one Adam's saved state carries
-    assert run_main([*common, "--total-timesteps", "320", "--no-anneal-lr", "--learning-rate", "1e-4",
-                     "--resume", os.path.join(run_dir, "checkpoints", "latest.ckpt")]) == 0
-    last = [r for r in read_metrics(run_dir) if "losses/policy_loss" in r][-1]
-    assert last["global_step"] == 320 and last["charts/learning_rate"] == 1e-4
 
 
 def test_diagnostics_do_not_change_training(tmp_path):

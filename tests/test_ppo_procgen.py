@@ -296,9 +296,10 @@ def test_bad_input_exits_2_with_one_line(flags, name, tmp_path):
 
 def test_mismatched_checkpoint_exits_2(tmp_path):
     shaped = tmp_path / "shaped.ckpt"
-    shaped.write_bytes(pickle.dumps({"script": "ppo_procgen", "signature": {**m.signature(m.Args()), "num_levels": 200}}))
+    signature = m.resume_signature(m.Args(), m.RESUMABLE)
+    shaped.write_bytes(pickle.dumps({"script": "ppo_procgen", "signature": {**signature, "num_levels": 200}}))
     with pytest.raises(m.UsageError, match="--num-levels 200"):
-        m.load_checkpoint(str(shaped), "ppo_procgen", m.signature(m.Args()))
+        m.load_checkpoint(str(shaped), "ppo_procgen", signature)
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -425,8 +426,9 @@ def test_procgen_resume_is_bit_exact(runs):
 
 
 def test_envpool_resume_restarts_the_envs_and_nan_stops(runs, tmp_path):
-    """The smoke run's envpool checkpoint: a resume says the envs restart; a huge lr then diverges, exits 3 and
-    keeps the last good checkpoint."""
+    """The smoke run's envpool checkpoint, recording lr 1e35 (its flags edited, as a run at that lr would have written
+    it): a resume says the envs restart, then diverges at its first update, exits 3 and keeps the last good
+    checkpoint."""
     root, _ = runs
     smoke = run_dir_of(root / "smoke")
     run_dir = tmp_path / "runs" / smoke.name
@@ -434,11 +436,12 @@ def test_envpool_resume_restarts_the_envs_and_nan_stops(runs, tmp_path):
     ckpt_path = run_dir / "checkpoints" / "latest.ckpt"
     state = pickle.load(open(ckpt_path, "rb"))
     state["run_dir"] = str(run_dir)  # continue in the copy, not in the fixture's run directory
+    state["signature"]["learning_rate"] = state["args"]["learning_rate"] = 1e35
     ckpt_path.write_bytes(pickle.dumps(state))
     good = ckpt_path.read_bytes()
-    out = run(TINY + ["--separate-encoders", "--num-levels", "5", "--total-timesteps", "512", "--learning-rate", "1e35",
-                      "--checkpoint-every", "1", "--diagnostics-every", "0", "--resume", str(ckpt_path)], tmp_path,
-              check=False)
+    out = run(TINY + ["--separate-encoders", "--num-levels", "5", "--seed", "3", "--total-timesteps", "512",
+                      "--learning-rate", "1e35", "--checkpoint-every", "1", "--diagnostics-every", "0",
+                      "--resume", str(ckpt_path)], tmp_path, check=False)
     assert "envs restart with seed" in out.stdout
     assert out.returncode == 3 and "non-finite" in out.stderr and "Traceback" not in out.stderr
     assert ckpt_path.read_bytes() == good

@@ -567,7 +567,7 @@ def test_seed_is_part_of_the_resume_signature(tmp_path, capsys):
     """--seed seeds the level streams and the evaluation: resuming under another seed would silently mix streams."""
     ckpt = tmp_path / "seed.ckpt"
     ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1,
-                                   "signature": m.signature(m.Args(seed=2))}))
+                                   "signature": m.resume_signature(m.Args(seed=2), m.RESUMABLE)}))
     assert run_main(["--resume", str(ckpt)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--seed 2" in err[0], err
@@ -1062,18 +1062,19 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "ppo_ewma_jax2d" in err[0] and "--resume" in err[0]
     other = tmp_path / "other.ckpt"  # this script's checkpoint, another network: the flag to pass is named
     other.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1,
-                                    "signature": {**m.signature(m.Args()), "network": "mlp"}}))
+                                    "signature": {**m.resume_signature(m.Args(), m.RESUMABLE), "network": "mlp"}}))
     assert run_main(["--resume", str(other)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--network mlp" in err[0]
     # --train-levels is part of what must match, both ways (a checkpoint without it trained on random levels)
     listed = ["--no-sfl", "--train-levels", "s/h4_thrust_aim"]
-    listed_sig = m.signature(m.Args(no_sfl=True, train_levels=("s/h4_thrust_aim",)))
-    random_sig = m.signature(m.Args(no_sfl=True))
+    listed_sig = m.resume_signature(m.Args(no_sfl=True, train_levels=("s/h4_thrust_aim",)), m.RESUMABLE)
+    random_sig = m.resume_signature(m.Args(no_sfl=True), m.RESUMABLE)
     older_sig = {k: v for k, v in random_sig.items() if k not in m.SIGNATURE_IMPLIED}  # before --train-levels, --obs-dtype
     for saved, argv, hint in [(listed_sig, ["--no-sfl"], "--train-levels s/h4_thrust_aim"),
                               (random_sig, listed, "no --train-levels"),
-                              (older_sig, listed, "no --train-levels"),
+                              (older_sig, listed + ["--minibatch-form", "steps", "--bootstrap-time-limit"],
+                               "no --train-levels"),
                               ({**listed_sig, "train_levels": ["s/h0_weak_thrust"]}, listed, "s/h0_weak_thrust")]:
         ckpt = tmp_path / "listed.ckpt"
         ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": saved}))
@@ -1082,7 +1083,7 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
         assert len(err) == 1 and hint in err[0] and "--resume" in err[0], err
     ckpt.write_bytes(pickle.dumps({"script": "sfl_kinetix_jax", "iteration": 1, "signature": older_sig}))
     # what older checkpoints trained with
-    as_before = m.signature(m.Args(no_sfl=True, minibatch_form="steps", bootstrap_time_limit=True))
+    as_before = m.resume_signature(m.Args(no_sfl=True, minibatch_form="steps", bootstrap_time_limit=True), m.RESUMABLE)
     assert m.load_checkpoint(str(ckpt), m.SCRIPT, as_before, implied=m.SIGNATURE_IMPLIED)["iteration"] == 1
     assert run_main(["--no-sfl", "--resume", str(ckpt)]) == 2  # today's defaults are not what it trained with
     assert "--minibatch-form steps" in capsys.readouterr().err
@@ -1378,10 +1379,15 @@ def test_estimate_memory_compiles_without_training(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_nan_stops_with_exit_3_and_keeps_the_last_good_checkpoint(tmp_path):
-    """A learning rate that overflows the parameters: exit 3, status diverged, the checkpoint of iteration 2 intact."""
+    """A learning rate that overflows the parameters: exit 3, status diverged, the checkpoint of iteration 2 intact.
+    The checkpoint records lr 1e35 (its flags edited, as a run at that lr would have written it), so that the resume
+    with that lr matches it."""
     assert run_main(tiny(2, checkpoint_every=1) + ["--runs-dir", str(tmp_path)]) == 0
     run_dir = run_dir_of(str(tmp_path))
     ckpt = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    state = pickle.load(open(ckpt, "rb"))
+    state["signature"]["learning_rate"] = state["args"]["learning_rate"] = 1e35
+    pickle.dump(state, open(ckpt, "wb"))
     good = open(ckpt, "rb").read()
     assert run_main(tiny(4, checkpoint_every=1, learning_rate=1e35) + ["--resume", ckpt]) == 3
     assert open(ckpt, "rb").read() == good
