@@ -104,7 +104,7 @@ def test_cleanrl_compat_gae_is_cleanrls_on_a_hand_made_rollout():
     next_value, next_done, next_term = [5.0, 8.0], [1.0, 0.0], [0.0, 0.0]
     storage = m.make_storage(5, 2, (4, 84, 84), "cpu")
     storage.dones[:], storage.terminations[:] = torch.tensor(dones), torch.tensor(terms)
-    state = (None, torch.tensor(next_done), torch.tensor(next_term))
+    state = m.NextStep(None, torch.tensor(next_done), torch.tensor(next_term))
     terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=True)
     adv, ret = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
                                     torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
