@@ -35,8 +35,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from cleanrl_scaling.ppo_atari_envpool import (Agent, Args, make_envs, maybe_compile, minibatch_gradient,  # noqa: E402
-                                               ppo_loss, sample_actions)
+from cleanrl_scaling.ppo_atari_envpool import (Agent, Args, Batch, Ranks, make_envs, maybe_compile,  # noqa: E402
+                                               minibatch_gradient, ppo_loss, sample_actions)
 
 
 def time_env(num_envs, steps=400):
@@ -102,15 +102,15 @@ def time_update_step(agent, mb_size, bf16, ours, reps=20):
     args = Args()
     loss_fn = maybe_compile(ppo_loss, ours)
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=ours)
-    batch = (torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
-             torch.full((mb_size,), -1.386), torch.randn(mb_size), torch.randn(mb_size), torch.randn(mb_size),
-             torch.ones(mb_size))
+    batch = Batch(torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
+                  torch.full((mb_size,), -1.386), torch.randn(mb_size), torch.randn(mb_size), torch.randn(mb_size),
+                  torch.ones(mb_size))
     idx = torch.arange(mb_size)
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     def step():
         optimizer.zero_grad(set_to_none=True)
-        minibatch_gradient(agent, batch, idx, args, autocast, loss_fn)
+        minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, Ranks())
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
     for _ in range(3):

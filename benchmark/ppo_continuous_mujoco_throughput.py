@@ -12,6 +12,7 @@ steps with 1000-sample minibatches (envpool backend), then SPS against --num-env
 Numbers mean something only on a quiet machine: the .sh wrapper holds /tmp/cleanrl_quiet while this runs.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -100,16 +101,17 @@ def component_bound(env_id, cfg, update_epochs=10, max_update_steps=200) -> dict
     args = ppo.Args()
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5, fused=True)
     loss_fn = ppo.maybe_compile(ppo.ppo_loss, True)  # as the script runs it (--compile, the default)
-    batch = [torch.randn(mb, obs_space.shape[0]), torch.randn(mb, act_space.shape[0])] + [torch.randn(mb) for _ in range(4)]
-    valid = torch.ones(mb)
+    batch = ppo.Batch(torch.randn(mb, obs_space.shape[0]), torch.randn(mb, act_space.shape[0]),
+                      *(torch.randn(mb) for _ in range(4)), torch.ones(mb))
+    idx = torch.arange(mb)
+    no_autocast = functools.partial(torch.autocast, "cpu", enabled=False)
     steps = n * t // mb * update_epochs
     timed = min(steps, max_update_steps)
     for i in range(timed + 5):  # 5 warm-up steps (the first compiles)
         if i == 5:
             start = time.perf_counter()
-        loss, _ = loss_fn(agent, batch[0], batch[1], batch[2], batch[3], batch[4], batch[5], valid, args)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        ppo.minibatch_gradient(agent, batch, idx, args, no_autocast, loss_fn, ppo.Ranks())
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
         optimizer.step()
     update_time = (time.perf_counter() - start) * steps / timed

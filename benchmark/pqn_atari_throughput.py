@@ -29,8 +29,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "pqn_atari.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from cleanrl_scaling.pqn_atari import (Args, QNetwork, make_envs, make_optimizer, maybe_compile,  # noqa: E402
-                                       minibatch_gradient, td_loss)
+from cleanrl_scaling.pqn_atari import (Args, Batch, QNetwork, Ranks, make_envs, make_optimizer,  # noqa: E402
+                                       maybe_compile, minibatch_gradient, td_loss)
 
 
 def time_env(num_envs, steps=200):
@@ -62,14 +62,14 @@ def time_update_step(net, mb_size, bf16, ours, reps=5):
     args = Args()
     loss_fn = maybe_compile(td_loss, ours)
     optimizer = make_optimizer(net, args) if ours else torch.optim.RAdam(net.parameters(), lr=2.5e-4, foreach=False)
-    batch = (torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
-             torch.randn(mb_size), torch.ones(mb_size))
+    batch = Batch(torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
+                  torch.randn(mb_size), torch.ones(mb_size))
     idx = torch.arange(mb_size)
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     def step():
         optimizer.zero_grad(set_to_none=True)
-        minibatch_gradient(net, batch, idx, args, autocast, loss_fn)
+        minibatch_gradient(net, batch, idx, args, autocast, loss_fn, Ranks())
         torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
         optimizer.step()
     for _ in range(3):

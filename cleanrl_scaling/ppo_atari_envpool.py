@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -256,6 +256,17 @@ def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
                    rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
 
 
+class Batch(NamedTuple):
+    """The rollout flattened over T x N (row t * N + n), what the update reads."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor
+    valid: torch.Tensor  # 0 for a step whose action the env ignored (valid_mask)
+
+
 class EpisodeStats:
     """Whole-game return (all lives, unclipped reward) and length, reset on game over or truncation."""
 
@@ -278,12 +289,19 @@ def store_frames(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-def collect_rollout(envs, agent, storage, state, stats, args, device, autocast, world_size=1, rank=0):
-    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
+class NextStep(NamedTuple):
+    """Where the rollout continues from (CleanRL's next_obs, next_done): the envs' current observations and
+    their done and terminated flags, which the last step of GAE reads."""
+    obs: torch.Tensor
+    done: torch.Tensor
+    terminated: torch.Tensor
+
+
+def collect_rollout(envs, agent, storage, state, stats, args, device, autocast, ranks):
+    """Run num_steps in every env; returns (episodes finished, the NextStep after the rollout). Under torchrun
     every rank samples the whole batch's actions from all ranks' logits and keeps its own envs' (torchrun = one
-    process, SPEC §7)."""
+    process: docs/ppo_atari_envpool.md, Data parallelism)."""
     next_obs, next_done, next_term = state
-    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
     finished = []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step: 0.8 -> 0.6 ms per batch-8 forward here
@@ -293,8 +311,8 @@ def collect_rollout(envs, agent, storage, state, stats, args, device, autocast, 
             storage.dones[step] = next_done
             storage.terminations[step] = next_term
             logits, value = agent(next_obs)
-            action, logprob = sample_actions(gather_envs(logits.float(), world_size))
-            action, logprob = action[own], logprob[own]
+            action, logprob = sample_actions(ranks.gather_envs(logits.float()))
+            action, logprob = ranks.own_envs(action), ranks.own_envs(logprob)
             storage.values[step] = value.float()
             storage.actions[step] = action
             storage.logprobs[step] = logprob
@@ -304,7 +322,7 @@ def collect_rollout(envs, agent, storage, state, stats, args, device, autocast, 
             next_obs = torch.as_tensor(obs_np, device=device)
             next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
             next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-    return finished, (next_obs, next_done, next_term)
+    return finished, NextStep(next_obs, next_done, next_term)
 
 
 def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
@@ -324,31 +342,53 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
-def normalize_advantages(advantages, valid, world_size=1):
+def masked_mean(x, valid, count):
+    """Sum of x over the valid samples, divided by count (the whole minibatch's valid samples, so that chunks and
+    ranks add up to the minibatch mean)."""
+    return (x * valid).sum() / count
+
+
+def normalize_advantages(advantages, valid, count, ranks):
     """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std); under torchrun
-    over every rank's share of the minibatch."""
-    count = sum_over_ranks(valid.sum(), world_size)
-    mean = sum_over_ranks((advantages * valid).sum(), world_size) / count.clamp(min=1.0)
-    var = sum_over_ranks(((advantages - mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
+    over every rank's share of the minibatch. count: the minibatch's valid samples (at least 1)."""
+    mean = ranks.sum((advantages * valid).sum()) / count
+    var = ranks.sum(((advantages - mean) ** 2 * valid).sum()) / (count - 1).clamp(min=1.0)
     return (advantages - mean) / (var.sqrt() + 1e-8)
 
 
-NUM_LOSS_STATS = 6  # policy loss, value loss, entropy, old_approx_kl, approx_kl, clipfrac
-
-
-def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
-    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, summed over the valid samples
-    given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean
-    (a step whose action envpool ignored, right after a done, carries no learning signal)."""
+def evaluate_actions(agent, obs, actions) -> tuple:
+    """(log pi(a|s), entropy of pi(.|s), V(s)) under the current weights: the categorical head's part of the loss."""
     logits, newvalue = agent(obs)
     logits, newvalue = logits.float(), newvalue.float()
     logp_all = torch.log_softmax(logits, dim=-1)
     newlogprob = logp_all.gather(-1, actions[:, None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return newlogprob, entropy, newvalue
+
+
+class LossStats(NamedTuple):
+    """CleanRL's losses/* of one minibatch, named as their tags (0-d tensors, on the device until logged)."""
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy: torch.Tensor
+    old_approx_kl: torch.Tensor
+    approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+    def floats(self) -> "LossStats":
+        """The same statistics as Python floats, in one device-to-host copy."""
+        return LossStats(*torch.stack(self).tolist())
+
+
+def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus on (normalised) advantages, each a
+    masked_mean over the valid samples given (a step whose action the env ignored, right after a done, carries
+    no learning signal). Returns (loss, LossStats)."""
+    newlogprob, entropy, newvalue = evaluate_actions(agent, obs, actions)
     logratio = newlogprob - logprobs
     ratio = logratio.exp()
     def mean(x):
-        return (x * valid).sum() / count
+        return masked_mean(x, valid, count)
     with torch.no_grad():
         old_approx_kl = mean(-logratio)
         approx_kl = mean((ratio - 1) - logratio)
@@ -361,39 +401,40 @@ def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, 
         v_loss = 0.5 * mean((newvalue - returns) ** 2)
     entropy_loss = mean(entropy)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
-    return loss, stats
+    return loss, LossStats(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_loss.detach(),
+                           old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
 
-def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn=ppo_loss, world_size=1) -> torch.Tensor:
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, ranks) -> LossStats:
     """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
     (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
-    torchrun idx is this rank's share of the minibatch, and the count and the advantage statistics are the
-    whole minibatch's."""
-    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    valid = b_valid[idx]
-    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
-    advantages = normalize_advantages(b_advantages[idx], valid, world_size) if args.norm_adv else b_advantages[idx]
+    torchrun idx is this rank's share of the minibatch; the count, the advantage statistics and the returned
+    LossStats are the whole minibatch's."""
+    valid = batch.valid[idx]
+    count = ranks.sum(valid.sum()).clamp(min=1.0)
+    advantages = batch.advantages[idx]
+    if args.norm_adv:
+        advantages = normalize_advantages(advantages, valid, count, ranks)
     chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
-    stats = torch.zeros(NUM_LOSS_STATS, device=b_valid.device)
+    total = torch.zeros(len(LossStats._fields), device=valid.device)
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
-        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
+        obs = batch.obs.index_select(0, j)  # 20x faster than batch.obs[j] on uint8 frames
         with autocast():
-            loss, chunk_stats = loss_fn(agent, obs, b_actions[j], b_logprobs[j], advantages[c:c + chunk],
-                                         b_returns[j], b_values[j], valid[c:c + chunk], count, args)
+            loss, stats = loss_fn(agent, obs, batch.actions[j], batch.logprobs[j], advantages[c:c + chunk],
+                                  batch.returns[j], batch.values[j], valid[c:c + chunk], count, args)
         loss.backward()
-        stats = stats + chunk_stats
-    return stats
+        total = total + torch.stack(stats)
+    return LossStats(*ranks.sum(total))
 
 
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
-    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
-    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
+def update(agent, optimizer, batch, args, mb_size, autocast, ranks, probe=None, loss_fn=ppo_loss) -> tuple:
+    """update_epochs passes over the batch in minibatches; returns (LossStats as CleanRL logs them: the last
+    minibatch's, with the clip fraction averaged over all minibatches; the mean grad norm; the number of steps).
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
     minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
-    device = batch[0].device
-    n = batch[0].shape[0] * world_size
+    device = batch.valid.device
+    n = len(batch.valid) * ranks.world_size
     clipfrac_sum = torch.zeros((), device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
@@ -401,22 +442,20 @@ def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=N
         perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
             optimizer.zero_grad(set_to_none=True)
-            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
-            stats = sum_over_ranks(minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, world_size), world_size)
-            if world_size > 1:
-                allreduce_gradients(agent, world_size)
+            idx = ranks.local_rows(perm[start:start + mb_size], args.num_envs)
+            stats = minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, ranks)
+            ranks.allreduce_gradients(agent)
             if probe is not None and steps == 0:
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            clipfrac_sum += stats[5]
+            clipfrac_sum += stats.clipfrac
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
-        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+        if args.target_kl is not None and stats.approx_kl.item() > args.target_kl:  # the same on every rank
             break
-    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
-    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
+    return stats._replace(clipfrac=clipfrac_sum / steps), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -648,24 +687,22 @@ def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_t
             "optimizer": optimizer.state_dict(), "rng": rngs})
 
 
-def flatten_batch(storage, advantages, returns, cleanrl_compat: bool) -> tuple:
-    """(obs, actions, logprobs, advantages, returns, values, valid) over T x N; a step right after a done was
-    ignored by the env and is masked out (not by CleanRL)."""
-    b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-    b_valid = valid_mask(storage.dones, cleanrl_compat).reshape(-1)
-    return (b_obs, storage.actions.reshape(-1), storage.logprobs.reshape(-1), advantages.reshape(-1),
-            returns.reshape(-1), storage.values.reshape(-1), b_valid)
+def flatten_batch(storage, advantages, returns, cleanrl_compat: bool) -> Batch:
+    """The Batch over T x N; a step right after a done was ignored by the env and is masked out (not by CleanRL)."""
+    return Batch(obs=storage.obs.reshape((-1,) + storage.obs.shape[2:]), actions=storage.actions.reshape(-1),
+                 logprobs=storage.logprobs.reshape(-1), advantages=advantages.reshape(-1), returns=returns.reshape(-1),
+                 values=storage.values.reshape(-1), valid=valid_mask(storage.dones, cleanrl_compat).reshape(-1))
 
 
-def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int):
+def make_probe(agent, batch, args, autocast, device, ranks):
     """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
     the ranks that hold them."""
     idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
-    diag_obs = gather_rows(batch[0], idx, args.num_envs, rank, world_size)
-    diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
+    diag_obs = ranks.gather_rows(batch.obs, idx, args.num_envs)
+    diag_actions = ranks.gather_rows(batch.actions, idx, args.num_envs)
     # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
     chunk = 128 if device.type == "cpu" else args.update_chunk_size
-    if rank != 0:
+    if ranks.rank != 0:
         return None
     return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, chunk, args.num_minibatches * args.update_epochs + 1)
 
@@ -677,9 +714,9 @@ def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr
     scalars = {
         "charts/learning_rate": lr,
         "charts/SPS": sps,
-        "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
-        "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
-        "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+        "losses/policy_loss": loss_stats.policy_loss, "losses/value_loss": loss_stats.value_loss,
+        "losses/entropy": loss_stats.entropy, "losses/old_approx_kl": loss_stats.old_approx_kl,
+        "losses/approx_kl": loss_stats.approx_kl, "losses/clipfrac": loss_stats.clipfrac,
         "losses/explained_variance": ev,
     }
     if probe is not None:
@@ -714,6 +751,7 @@ def main():
     args, scaling, signature, ckpt = read_args()
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
+    ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
     local_envs = args.num_envs // world_size
     if rank == 0:
         print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
@@ -737,7 +775,7 @@ def main():
     stats = EpisodeStats(local_envs)
     obs_np, _ = envs.reset()
     zeros = torch.zeros(local_envs, device=device)
-    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)  # (obs, done, terminated) of the next step
+    state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
     status, iteration = "finished", start_iteration
@@ -753,35 +791,35 @@ def main():
 
         # Rollout: num_steps x local_envs transitions under the current policy
         agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, args, device, autocast, world_size, rank)
-        finished = gather_list(finished, world_size)
+        finished, state = collect_rollout(envs, agent, storage, state, stats, args, device, autocast, ranks)
+        finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
         # GAE on the rollout, bootstrapped from the value of the next state
         with torch.no_grad(), autocast():
-            _, next_value = agent(state[0])
+            _, next_value = agent(state.obs)
         terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
         advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
-                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
+                                                 next_value.float(), state.done, next_term, args.gamma, args.gae_lambda)
         batch = flatten_batch(storage, advantages, returns, args.cleanrl_compat)
 
         if args.save_features_every > 0 and iteration % args.save_features_every == 0 and rank == 0:
-            save_features(agent, batch[0], logger.run_dir, iteration, global_step, args.features_states, args.seed,
+            save_features(agent, batch.obs, logger.run_dir, iteration, global_step, args.features_states, args.seed,
                           128 if device.type == "cpu" else args.update_chunk_size)
         probe = None
         if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
-            probe = make_probe(agent, batch, args, autocast, device, rank, world_size)
+            probe = make_probe(agent, batch, args, autocast, device, ranks)
 
         # PPO update: update_epochs passes over shuffled minibatches of the clipped surrogate
         agent.train()
-        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
-                                          world_size, probe, loss_fn, rank)
+        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast, ranks,
+                                          probe, loss_fn)
         # explained variance over all ranks' samples, in one process's layout
-        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in
+        ev = explained_variance(*(ranks.gather_envs(x, dim=1) for x in
                                   (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
-        loss_stats = loss_stats.cpu().numpy()
+        loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -1411,8 +1449,8 @@ def actor_critic_weight_norms(agent) -> dict:
 # >>> shared:ppo-batch
 def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
     """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
-    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
-    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state: the NextStep."""
+    return (storage.dones, state.done) if cleanrl_compat else (storage.terminations, state.terminated)
 
 
 def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
@@ -1538,6 +1576,39 @@ def any_rank_says(flag: bool, world_size: int, device) -> bool:
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not any_rank_says(not flag, world_size, device)
+
+
+class Ranks(NamedTuple):
+    """The one distributed context the rollout, the update and the probe take: this process is rank `rank` of
+    `world_size`. In one process (Ranks(), rank 0 of 1) every method returns its input or does nothing."""
+    world_size: int = 1
+    rank: int = 0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return sum_over_ranks(x, self.world_size)
+
+    def gather_envs(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        return gather_envs(x, self.world_size, dim)
+
+    def own_envs(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of x [N, ...], a tensor over every rank's envs (gather_envs)."""
+        if self.world_size == 1:
+            return x
+        local = x.shape[0] // self.world_size
+        return x[self.rank * local:(self.rank + 1) * local]
+
+    def gather_list(self, items: list) -> list:
+        return gather_list(items, self.world_size)
+
+    def local_rows(self, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return local_rows(idx, num_envs, self.rank, self.world_size)
+
+    def gather_rows(self, b_x: torch.Tensor, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return gather_rows(b_x, idx, num_envs, self.rank, self.world_size)
+
+    def allreduce_gradients(self, model) -> None:
+        if self.world_size > 1:
+            allreduce_gradients(model, self.world_size)
 # <<< shared:torch-distributed
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -484,6 +484,17 @@ def make_storage(num_steps, num_envs, obs_shape, act_shape, device) -> Storage:
                    rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
 
 
+class Batch(NamedTuple):
+    """The rollout flattened over T x N (row t * N + n), what the update reads."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor
+    valid: torch.Tensor  # 0 for a step whose action the env ignored (valid_mask)
+
+
 class EpisodeStats:
     """Return (raw reward, before normalisation) and length of every finished episode, also truncated ones."""
 
@@ -515,12 +526,19 @@ def uses_same_step(args) -> bool:
     return args.cleanrl_compat and args.env_backend == "gymnasium"
 
 
-def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, world_size=1, rank=0):
-    """Run num_steps in every env; returns (episodes finished, the state after the rollout). Under torchrun
+class NextStep(NamedTuple):
+    """Where the rollout continues from (CleanRL's next_obs, next_done): the envs' current observations and
+    their done and terminated flags, which the last step of GAE reads."""
+    obs: torch.Tensor
+    done: torch.Tensor
+    terminated: torch.Tensor
+
+
+def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast, ranks):
+    """Run num_steps in every env; returns (episodes finished, the NextStep after the rollout). Under torchrun
     every rank samples the whole batch's actions from all ranks' means and keeps its own envs' (torchrun = one
-    process, SPEC §7)."""
+    process)."""
     next_obs, next_done, next_term = state
-    own = slice(rank * next_obs.shape[0], (rank + 1) * next_obs.shape[0])
     same_step = uses_same_step(args)
     reset_step = (next_done.cpu().numpy() > 0) & (not same_step)
     act_space = spaces(envs)[1]
@@ -533,8 +551,8 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             storage.dones[step] = next_done
             storage.terminations[step] = next_term
             mean, logstd, value = agent(next_obs)
-            action, logprob = sample_actions(gather_envs(mean.float(), world_size), logstd.float())
-            action, logprob = action[own], logprob[own]
+            action, logprob = sample_actions(ranks.gather_envs(mean.float()), logstd.float())
+            action, logprob = ranks.own_envs(action), ranks.own_envs(logprob)
             storage.values[step] = value.float()
             storage.actions[step] = action
             storage.logprobs[step] = logprob
@@ -549,7 +567,7 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             reset_step = done & (not same_step)
             next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: 5x cheaper
             next_done = torch.as_tensor(done.astype(np.float32), device=device)
-    return finished, (next_obs, next_done, next_term)
+    return finished, NextStep(next_obs, next_done, next_term)
 
 
 def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
@@ -570,89 +588,112 @@ def compute_advantages(rewards, values, dones, terminations, next_value, next_do
     return advantages, advantages + values
 
 
-def ppo_loss(agent, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, mb_valid, args,
-             count=None, adv_moments=None):
-    """CleanRL's clipped surrogate, clipped value loss and entropy bonus, averaged over valid samples
-    (a step whose action the env ignored, right after a done, carries no learning signal). Under torchrun the
-    samples are this rank's share of the minibatch, and `count` and `adv_moments` (mean, std) the whole
-    minibatch's (minibatch_moments)."""
-    mu, logstd, newvalue = agent(mb_obs)
+def masked_mean(x, valid, count):
+    """Sum of x over the valid samples, divided by count (the whole minibatch's valid samples, so that ranks add
+    up to the minibatch mean), as a dot with valid / count: this script's reduction since its first version (the
+    image scripts' (x * valid).sum() / count rounds otherwise)."""
+    return torch.dot(x, valid / count)
+
+
+def normalize_advantages(advantages, valid, count, ranks):
+    """Per-minibatch normalisation over its valid samples (CleanRL's, with the unbiased std); under torchrun
+    over every rank's share of the minibatch. count: the minibatch's valid samples (at least 1)."""
+    mean = ranks.sum(masked_mean(advantages, valid, count))
+    var = ranks.sum(masked_mean((advantages - mean) ** 2, valid, count)) * count / (count - 1).clamp(min=1.0)
+    return (advantages - mean) / (var.sqrt() + 1e-8)
+
+
+def evaluate_actions(agent, obs, actions) -> tuple:
+    """(log pi(a|s), entropy of pi(.|s), V(s)) under the current weights: the Gaussian head's part of the loss."""
+    mu, logstd, newvalue = agent(obs)
     mu, logstd, newvalue = mu.float(), logstd.float(), newvalue.float()
-    newlogprob = gaussian_logprob(mu, logstd, mb_actions)
+    newlogprob = gaussian_logprob(mu, logstd, actions)
     entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1).expand(mu.shape[0])
-    logratio = newlogprob - mb_logprobs
+    return newlogprob, entropy, newvalue
+
+
+class LossStats(NamedTuple):
+    """CleanRL's losses/* of one minibatch, named as their tags (0-d tensors, on the device until logged)."""
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy: torch.Tensor
+    old_approx_kl: torch.Tensor
+    approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+    def floats(self) -> "LossStats":
+        """The same statistics as Python floats, in one device-to-host copy."""
+        return LossStats(*torch.stack(self).tolist())
+
+
+def ppo_loss(agent, obs, actions, logprobs, advantages, returns, values, valid, count, args):
+    """CleanRL's clipped surrogate, clipped value loss and entropy bonus on (normalised) advantages, each a
+    masked_mean over the valid samples given (a step whose action the env ignored, right after a done, carries
+    no learning signal). Returns (loss, LossStats)."""
+    newlogprob, entropy, newvalue = evaluate_actions(agent, obs, actions)
+    logratio = newlogprob - logprobs
     ratio = logratio.exp()
-    count = mb_valid.sum().clamp(min=1.0) if count is None else count
-    weight = mb_valid / count
     def mean(x):
-        return torch.dot(x, weight)
+        return masked_mean(x, valid, count)
     with torch.no_grad():
         old_approx_kl = mean(-logratio)
         approx_kl = mean((ratio - 1) - logratio)
         clipfrac = mean(((ratio - 1.0).abs() > args.clip_coef).float())
-    if args.norm_adv:
-        if adv_moments is None:
-            adv_mean = mean(mb_advantages)
-            adv_std = torch.sqrt(mean((mb_advantages - adv_mean) ** 2) * count / (count - 1).clamp(min=1.0))
-        else:
-            adv_mean, adv_std = adv_moments
-        mb_advantages = (mb_advantages - adv_mean) / (adv_std + 1e-8)
-    pg_loss = mean(torch.max(-mb_advantages * ratio, -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
+    pg_loss = mean(torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)))
     if args.clip_vloss:
-        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * mean(torch.max((newvalue - mb_returns) ** 2, (v_clipped - mb_returns) ** 2))
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * mean(torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2))
     else:
-        v_loss = 0.5 * mean((newvalue - mb_returns) ** 2)
+        v_loss = 0.5 * mean((newvalue - returns) ** 2)
     entropy_loss = mean(entropy)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac])
-    return loss, stats
+    return loss, LossStats(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=entropy_loss.detach(),
+                           old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
 
-def minibatch_moments(advantages, valid, world_size) -> tuple:
-    """Under torchrun: the whole minibatch's valid count and advantage (mean, unbiased std), over every rank's
-    share (ppo_loss's own formulas, with sums over ranks)."""
-    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
-    adv_mean = sum_over_ranks((advantages * valid).sum(), world_size) / count
-    var = sum_over_ranks(((advantages - adv_mean) ** 2 * valid).sum(), world_size) / (count - 1).clamp(min=1.0)
-    return count, (adv_mean, var.sqrt())
+def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, ranks) -> LossStats:
+    """Backpropagate one minibatch's loss. Under torchrun idx is this rank's share of the minibatch; the count,
+    the advantage statistics and the returned LossStats are the whole minibatch's."""
+    valid = batch.valid[idx]
+    count = ranks.sum(valid.sum()).clamp(min=1.0)
+    advantages = batch.advantages[idx]
+    if args.norm_adv:
+        advantages = normalize_advantages(advantages, valid, count, ranks)
+    with autocast():
+        loss, stats = loss_fn(agent, batch.obs[idx], batch.actions[idx], batch.logprobs[idx], advantages,
+                              batch.returns[idx], batch.values[idx], valid, count, args)
+    loss.backward()
+    return LossStats(*ranks.sum(torch.stack(stats)))
 
 
-def update(agent, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=ppo_loss, rank=0):
-    """update_epochs passes over the batch in minibatches; returns CleanRL's loss statistics (those of the last
-    minibatch, the clip fraction averaged over all of them) and the mean grad norm.
+def update(agent, optimizer, batch, args, mb_size, autocast, ranks, probe=None, loss_fn=ppo_loss) -> tuple:
+    """update_epochs passes over the batch in minibatches; returns (LossStats as CleanRL logs them: the last
+    minibatch's, with the clip fraction averaged over all minibatches; the mean grad norm; the number of steps).
     `probe` (diagnostics) is called after every optimizer step and sees the first gradient. mb_size is the whole
     minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
-    b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, b_valid = batch
-    n = b_obs.shape[0] * world_size
-    clipfrac_sum = torch.zeros((), device=b_obs.device)
-    grad_norm_sum = torch.zeros((), device=b_obs.device)
+    device = batch.valid.device
+    n = len(batch.valid) * ranks.world_size
+    clipfrac_sum = torch.zeros((), device=device)
+    grad_norm_sum = torch.zeros((), device=device)
     steps = 0
     for epoch in range(args.update_epochs):
-        perm = torch.randperm(n, device=b_obs.device)
+        perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
-            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
-            count, adv_moments = minibatch_moments(b_advantages[idx], b_valid[idx], world_size) if world_size > 1 else (None, None)
-            with autocast():
-                loss, stats = loss_fn(agent, b_obs[idx], b_actions[idx], b_logprobs[idx], b_advantages[idx],
-                                       b_returns[idx], b_values[idx], b_valid[idx], args, count, adv_moments)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            stats = sum_over_ranks(stats, world_size)
-            if world_size > 1:
-                allreduce_gradients(agent, world_size)
+            idx = ranks.local_rows(perm[start:start + mb_size], args.num_envs)
+            stats = minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, ranks)
+            ranks.allreduce_gradients(agent)
             if probe is not None and steps == 0:
                 probe.first_gradient(agent)
             grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            clipfrac_sum += stats[5]
+            clipfrac_sum += stats.clipfrac
             steps += 1
             if probe is not None:
                 probe.after_step(agent)
-        if args.target_kl is not None and stats[4].item() > args.target_kl:  # the same on every rank
+        if args.target_kl is not None and stats.approx_kl.item() > args.target_kl:  # the same on every rank
             break
-    # losses/*: CleanRL logs the last minibatch's losses and KLs and the clip fraction of all minibatches (SPEC §5)
-    return torch.cat([stats[:5], (clipfrac_sum / steps)[None]]), grad_norm_sum / steps, steps
+    return stats._replace(clipfrac=clipfrac_sum / steps), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -864,18 +905,18 @@ def restore(ckpt: dict, saved: dict, agent, optimizer, args, device) -> None:
 
 
 def start_envs(envs, normalizer, stats, saved, restart: bool, local_envs: int, device) -> tuple:
-    """The first rollout state (obs, done, terminated): the saved one where the envs continue from the checkpoint,
-    else a reset (the normaliser's statistics continue either way)."""
+    """The first NextStep: the saved one where the envs continue from the checkpoint, else a reset (the
+    normaliser's statistics continue either way)."""
     if saved is not None and not restart:
         set_env_state(envs, saved["envs"])
         normalizer.load_state_dict(saved["normalizer"])
         stats.returns, stats.lengths = saved["episodes"]
-        return tuple(t.to(device) for t in saved["rollout"])
+        return NextStep(*(t.to(device) for t in saved["rollout"]))
     if saved is not None:
         normalizer.load_state_dict(saved["normalizer"], restart_returns=True)
     obs_np, _ = envs.reset()
     zeros = torch.zeros(local_envs, device=device)
-    return (torch.as_tensor(normalizer.obs(obs_np), device=device), zeros, zeros)
+    return NextStep(torch.as_tensor(normalizer.obs(obs_np), device=device), zeros, zeros)
 
 
 def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_time, agent, optimizer, envs, normalizer,
@@ -898,23 +939,21 @@ def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_t
             "optimizer": optimizer.state_dict(), "ranks": ranks})
 
 
-def flatten_batch(storage, advantages, returns, cleanrl_compat: bool) -> tuple:
-    """(obs, actions, logprobs, advantages, returns, values, valid) over T x N; a step right after a done was
-    ignored by the env and is masked out (not by CleanRL)."""
-    b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-    b_actions = storage.actions.reshape((-1,) + storage.actions.shape[2:])
-    b_valid = valid_mask(storage.dones, cleanrl_compat).reshape(-1)
-    return (b_obs, b_actions, storage.logprobs.reshape(-1), advantages.reshape(-1),
-            returns.reshape(-1), storage.values.reshape(-1), b_valid)
+def flatten_batch(storage, advantages, returns, cleanrl_compat: bool) -> Batch:
+    """The Batch over T x N; a step right after a done was ignored by the env and is masked out (not by CleanRL)."""
+    return Batch(obs=storage.obs.reshape((-1,) + storage.obs.shape[2:]),
+                 actions=storage.actions.reshape((-1,) + storage.actions.shape[2:]),
+                 logprobs=storage.logprobs.reshape(-1), advantages=advantages.reshape(-1), returns=returns.reshape(-1),
+                 values=storage.values.reshape(-1), valid=valid_mask(storage.dones, cleanrl_compat).reshape(-1))
 
 
-def make_probe(agent, batch, args, autocast, device, rank: int, world_size: int):
+def make_probe(agent, batch, args, autocast, device, ranks):
     """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
     the ranks that hold them."""
     idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
-    diag_obs = gather_rows(batch[0], idx, args.num_envs, rank, world_size)
-    diag_actions = gather_rows(batch[1], idx, args.num_envs, rank, world_size)
-    if rank != 0:
+    diag_obs = ranks.gather_rows(batch.obs, idx, args.num_envs)
+    diag_actions = ranks.gather_rows(batch.actions, idx, args.num_envs)
+    if ranks.rank != 0:
         return None
     return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
 
@@ -926,9 +965,9 @@ def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr
     scalars = {
         "charts/learning_rate": lr,
         "charts/SPS": sps,
-        "losses/policy_loss": loss_stats[0], "losses/value_loss": loss_stats[1],
-        "losses/entropy": loss_stats[2], "losses/old_approx_kl": loss_stats[3],
-        "losses/approx_kl": loss_stats[4], "losses/clipfrac": loss_stats[5],
+        "losses/policy_loss": loss_stats.policy_loss, "losses/value_loss": loss_stats.value_loss,
+        "losses/entropy": loss_stats.entropy, "losses/old_approx_kl": loss_stats.old_approx_kl,
+        "losses/approx_kl": loss_stats.approx_kl, "losses/clipfrac": loss_stats.clipfrac,
         "losses/explained_variance": ev,
     }
     if probe is not None:
@@ -967,6 +1006,7 @@ def main():
     args, scaling, signature, ckpt = read_args()
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
+    ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
     local_envs = args.num_envs // world_size
     if rank == 0:
         print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}")
@@ -994,7 +1034,7 @@ def main():
     storage = make_storage(args.num_steps, local_envs, obs_space.shape, act_space.shape, device)
     stats = EpisodeStats(local_envs)
     normalizer = Normalizer(obs_space.shape, local_envs, args, world_size if args.norm_stats == "shared" else 1)
-    state = start_envs(envs, normalizer, stats, saved, restart, local_envs, device)  # (obs, done, terminated)
+    state = start_envs(envs, normalizer, stats, saved, restart, local_envs, device)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
     status, iteration = "finished", start_iteration
@@ -1011,31 +1051,31 @@ def main():
         # Rollout: num_steps x local_envs transitions under the current policy, observations normalised
         agent.eval()
         finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
-                                          world_size, rank)
-        finished = gather_list(finished, world_size)
+                                          ranks)
+        finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
         # GAE on the rollout, bootstrapped from the value of the next state
         with torch.no_grad(), autocast():
-            _, _, next_value = agent(state[0])
+            _, _, next_value = agent(state.obs)
         terminations, next_term = bootstrap_terminations(storage, state, args.cleanrl_compat)
         advantages, returns = compute_advantages(storage.rewards, storage.values, storage.dones, terminations,
-                                                 next_value.float(), state[1], next_term, args.gamma, args.gae_lambda)
+                                                 next_value.float(), state.done, next_term, args.gamma, args.gae_lambda)
         batch = flatten_batch(storage, advantages, returns, args.cleanrl_compat)
         probe = None
         if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
-            probe = make_probe(agent, batch, args, autocast, device, rank, world_size)
+            probe = make_probe(agent, batch, args, autocast, device, ranks)
 
         # PPO update: update_epochs passes over shuffled minibatches of the clipped surrogate
         agent.train()
-        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast,
-                                          world_size, probe, loss_fn, rank)
+        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast, ranks,
+                                          probe, loss_fn)
         # explained variance over all ranks' samples, in one process's layout
-        ev = explained_variance(*(gather_envs(x, world_size, dim=1) for x in
+        ev = explained_variance(*(ranks.gather_envs(x, dim=1) for x in
                                   (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
-        loss_stats = loss_stats.cpu().numpy()
+        loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -1666,8 +1706,8 @@ def actor_critic_weight_norms(agent) -> dict:
 # >>> shared:ppo-batch
 def bootstrap_terminations(storage, state, cleanrl_compat: bool) -> tuple:
     """(per step, after the rollout) flags that drop the bootstrap V(obs[t+1]) in GAE: terminations only, or
-    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state = (obs, done, term)."""
-    return (storage.dones, state[1]) if cleanrl_compat else (storage.terminations, state[2])
+    every done with --cleanrl-compat (CleanRL treats a truncation as a termination). state: the NextStep."""
+    return (storage.dones, state.done) if cleanrl_compat else (storage.terminations, state.terminated)
 
 
 def valid_mask(dones, cleanrl_compat: bool) -> torch.Tensor:
@@ -1793,6 +1833,39 @@ def any_rank_says(flag: bool, world_size: int, device) -> bool:
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not any_rank_says(not flag, world_size, device)
+
+
+class Ranks(NamedTuple):
+    """The one distributed context the rollout, the update and the probe take: this process is rank `rank` of
+    `world_size`. In one process (Ranks(), rank 0 of 1) every method returns its input or does nothing."""
+    world_size: int = 1
+    rank: int = 0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return sum_over_ranks(x, self.world_size)
+
+    def gather_envs(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        return gather_envs(x, self.world_size, dim)
+
+    def own_envs(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of x [N, ...], a tensor over every rank's envs (gather_envs)."""
+        if self.world_size == 1:
+            return x
+        local = x.shape[0] // self.world_size
+        return x[self.rank * local:(self.rank + 1) * local]
+
+    def gather_list(self, items: list) -> list:
+        return gather_list(items, self.world_size)
+
+    def local_rows(self, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return local_rows(idx, num_envs, self.rank, self.world_size)
+
+    def gather_rows(self, b_x: torch.Tensor, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return gather_rows(b_x, idx, num_envs, self.rank, self.world_size)
+
+    def allreduce_gradients(self, model) -> None:
+        if self.world_size > 1:
+            allreduce_gradients(model, self.world_size)
 # <<< shared:torch-distributed
 
 

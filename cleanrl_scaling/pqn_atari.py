@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -159,30 +159,19 @@ class Args(ScalingArgs, RunArgs):
 
 @dataclass
 class PurejaxqlArgs(Args):
-    """Gallici et al.'s Atari setting (purejaxql): the other set of defaults, selected by --preset purejaxql."""
+    """Gallici et al.'s Atari setting (purejaxql): the other set of defaults, selected by --preset purejaxql. Only
+    the defaults differ; each flag's help is Args' (tyro reads a field's docstring from the class that has one)."""
     preset: Literal["cleanrl", "purejaxql"] = "purejaxql"
-    """defaults to start from: CleanRL's pqn_atari_envpool.py (M25's runs) or Gallici et al.'s own Atari setting"""
     num_envs: int = 128
-    """the number of parallel game environments (global count under torchrun)"""
     num_steps: int = 32
-    """the number of steps to run in each environment per policy rollout"""
     num_minibatches: int = 32
-    """the number of mini-batches"""
     update_epochs: int = 2
-    """the K epochs to update the Q-network"""
     anneal_lr: bool = False
-    """Toggle learning rate annealing for the Q-network"""
     end_e: float = 0.001
-    """the ending epsilon for exploration"""
     total_timesteps: int = 50_000_000
-    """total timesteps of the experiments"""
     epsilon_per_update: bool = True
-    """hold epsilon for a whole rollout at its value after the updates so far (purejaxql) instead of moving it per step"""
     network: Literal["cleanrl", "purejaxql"] = "purejaxql"
-    """CleanRL's network (LayerNorm over C x H x W, eps 1e-5, orthogonal init) or purejaxql's (LayerNorm over the
-    channels at each position, eps 1e-6, he_normal / lecun_normal init); see docs/pqn_atari.md"""
     td_loss_coef: float = 0.5
-    """the loss is td_loss_coef x the mean squared TD error (CleanRL 1, purejaxql 0.5)"""
 
 
 PRESETS = {"cleanrl": Args, "purejaxql": PurejaxqlArgs}
@@ -332,6 +321,14 @@ def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
                    terminations=zeros(), max_q=zeros())
 
 
+class Batch(NamedTuple):
+    """The rollout flattened over T x N (row t * N + n), what the update reads."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    targets: torch.Tensor  # the Q(lambda) targets
+    valid: torch.Tensor  # 0 for a step whose action the env ignored (right after a done)
+
+
 class EpisodeStats:
     """Whole-game return (all lives, unclipped reward) and length, reset on game over or truncation."""
 
@@ -372,14 +369,20 @@ class Evaluator:
         return self.stats.update(info, trunc)
 
 
-def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator=None,
-                    world_size=1, rank=0):
+class NextStep(NamedTuple):
+    """Where the rollout continues from (CleanRL's next_obs, next_done): the envs' current observations and
+    their done and terminated flags, which the last step of Q(lambda) reads."""
+    obs: torch.Tensor
+    done: torch.Tensor
+    terminated: torch.Tensor
+
+
+def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator, ranks):
     """Run num_steps epsilon-greedy steps in every env; returns (episodes finished, evaluation episodes
-    finished, the state after the rollout). Under torchrun every rank draws the whole batch's exploration
-    from all ranks' Q-values and keeps its own envs' actions (torchrun = one process, SPEC §7)."""
+    finished, the NextStep after the rollout). Under torchrun every rank draws the whole batch's exploration
+    from all ranks' Q-values and keeps its own envs' actions (torchrun = one process)."""
     next_obs, next_done, next_term = state
     num_envs = next_obs.shape[0]
-    own = slice(rank * num_envs, (rank + 1) * num_envs)
     finished, eval_finished = [], []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
@@ -392,7 +395,7 @@ def collect_rollout(envs, q_network, storage, state, stats, args, device, autoca
             q_values = q_network(obs).float()
             train_q = q_values[:num_envs]
             epsilon = rollout_epsilon(global_step, step, args)
-            action = epsilon_greedy(gather_envs(train_q, world_size), epsilon)[own]
+            action = ranks.own_envs(epsilon_greedy(ranks.gather_envs(train_q), epsilon))
             storage.max_q[step] = train_q.max(dim=-1).values
             storage.actions[step] = action
             if evaluator is not None:
@@ -403,7 +406,7 @@ def collect_rollout(envs, q_network, storage, state, stats, args, device, autoca
             next_obs = torch.as_tensor(obs_np, device=device)
             next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
             next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-    return finished, eval_finished, (next_obs, next_done, next_term)
+    return finished, eval_finished, NextStep(next_obs, next_done, next_term)
 
 
 def compute_q_lambda_targets(rewards, max_q, dones, terminations, next_max_q, next_done, next_term, gamma, lam):
@@ -426,6 +429,16 @@ def compute_q_lambda_targets(rewards, max_q, dones, terminations, next_max_q, ne
     return targets
 
 
+class LossStats(NamedTuple):
+    """The update's losses/* (0-d tensors, on the device until logged), named as their tags."""
+    td_loss: torch.Tensor
+    q_values: torch.Tensor  # the mean Q of the taken actions
+
+    def floats(self) -> "LossStats":
+        """The same statistics as Python floats, in one device-to-host copy."""
+        return LossStats(*torch.stack(self).tolist())
+
+
 def td_loss(q_network, obs, actions, targets, valid, count, coef: float = 1.0):
     """coef x the squared error between Q(s_t, a_t) and the Q(lambda) target, summed over the valid samples
     given and divided by `count`, the minibatch's valid samples, so that chunks add up to the minibatch mean (a
@@ -433,54 +446,52 @@ def td_loss(q_network, obs, actions, targets, valid, count, coef: float = 1.0):
     purejaxql 0.5 (--td-loss-coef)."""
     q_taken = q_network(obs).float().gather(-1, actions[:, None]).squeeze(-1)
     loss = coef * ((q_taken - targets) ** 2 * valid).sum() / count
-    stats = torch.stack([loss.detach(), (q_taken.detach() * valid).sum() / count])
-    return loss, stats
+    return loss, LossStats(td_loss=loss.detach(), q_values=(q_taken.detach() * valid).sum() / count)
 
 
-def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn=td_loss, world_size=1) -> torch.Tensor:
+def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn, ranks) -> LossStats:
     """Backpropagate one minibatch's loss in chunks of at most --update-chunk-size samples: the same gradient
     (up to float summation order) with activation memory bounded by the chunk, not the minibatch. Under
-    torchrun idx is this rank's share of the minibatch and the count is the whole minibatch's."""
-    b_obs, b_actions, b_targets, b_valid = batch
-    valid = b_valid[idx]
-    count = sum_over_ranks(valid.sum(), world_size).clamp(min=1.0)
+    torchrun idx is this rank's share of the minibatch; the count and the returned LossStats are the whole
+    minibatch's."""
+    valid = batch.valid[idx]
+    count = ranks.sum(valid.sum()).clamp(min=1.0)
     chunk = args.update_chunk_size if args.update_chunk_size > 0 else max(len(idx), 1)
-    stats = torch.zeros(2, device=b_valid.device)  # td_loss, mean Q of the taken actions
+    total = torch.zeros(len(LossStats._fields), device=valid.device)
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
-        obs = b_obs.index_select(0, j)  # 20x faster than b_obs[j] on uint8 frames
+        obs = batch.obs.index_select(0, j)  # 20x faster than batch.obs[j] on uint8 frames
         with autocast():
-            loss, chunk_stats = loss_fn(q_network, obs, b_actions[j], b_targets[j], valid[c:c + chunk], count,
-                                        args.td_loss_coef)
+            loss, stats = loss_fn(q_network, obs, batch.actions[j], batch.targets[j], valid[c:c + chunk], count,
+                                  args.td_loss_coef)
         loss.backward()
-        stats = stats + chunk_stats
-    return stats
+        total = total + torch.stack(stats)
+    return LossStats(*ranks.sum(total))
 
 
-def update(q_network, optimizer, batch, args, mb_size, autocast, world_size, probe=None, loss_fn=td_loss, rank=0):
-    """update_epochs passes over the batch in minibatches; returns mean loss statistics and grad norms.
-    `probe` (diagnostics) sees the first gradient. mb_size is the whole minibatch: under torchrun every rank
-    draws the permutation of all ranks' rows and works on its share."""
-    device = batch[0].device
-    n = batch[0].shape[0] * world_size
-    stat_sum = torch.zeros(2, device=device)
+def update(q_network, optimizer, batch, args, mb_size, autocast, ranks, probe=None, loss_fn=td_loss) -> tuple:
+    """update_epochs passes over the batch in minibatches; returns (LossStats averaged over the minibatches, the
+    mean grad norm, the number of steps). `probe` (diagnostics) sees the first gradient. mb_size is the whole
+    minibatch: under torchrun every rank draws the permutation of all ranks' rows and works on its share."""
+    device = batch.valid.device
+    n = len(batch.valid) * ranks.world_size
+    stat_sum = torch.zeros(len(LossStats._fields), device=device)
     grad_norm_sum = torch.zeros((), device=device)
     steps = 0
     for epoch in range(args.update_epochs):
         perm = torch.randperm(n, device=device)
         for start in range(0, n, mb_size):
             optimizer.zero_grad(set_to_none=True)
-            idx = local_rows(perm[start:start + mb_size], args.num_envs, rank, world_size)
-            stats = sum_over_ranks(minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn, world_size), world_size)
-            if world_size > 1:
-                allreduce_gradients(q_network, world_size)
+            idx = ranks.local_rows(perm[start:start + mb_size], args.num_envs)
+            stats = minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn, ranks)
+            ranks.allreduce_gradients(q_network)
             if probe is not None and steps == 0:
                 probe.first_gradient(q_network)
             grad_norm_sum += nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
             optimizer.step()
-            stat_sum += stats
+            stat_sum += torch.stack(stats)
             steps += 1
-    return stat_sum / steps, grad_norm_sum / steps, steps
+    return LossStats(*(stat_sum / steps)), grad_norm_sum / steps, steps
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -708,14 +719,14 @@ def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_t
             "optimizer": optimizer.state_dict(), "rng": rngs})
 
 
-def make_probe(q_network, b_obs, args, autocast, device, rank: int, world_size: int):
+def make_probe(q_network, b_obs, args, autocast, device, ranks):
     """The diagnostics' probe on rank 0 (None elsewhere); its states are rows of the whole batch, gathered from
     the ranks that hold them."""
     idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
-    diag_obs = gather_rows(b_obs, idx, args.num_envs, rank, world_size)
+    diag_obs = ranks.gather_rows(b_obs, idx, args.num_envs)
     # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
     chunk = 128 if device.type == "cpu" else args.update_chunk_size
-    return DiagnosticProbe(q_network, diag_obs, autocast, chunk) if rank == 0 else None
+    return DiagnosticProbe(q_network, diag_obs, autocast, chunk) if ranks.rank == 0 else None
 
 
 def log_iteration(logger, q_network, args, global_step, iteration, sps, finished, eval_finished, lr, loss_stats,
@@ -730,7 +741,7 @@ def log_iteration(logger, q_network, args, global_step, iteration, sps, finished
         "charts/learning_rate": lr,
         "charts/SPS": sps,
         "charts/epsilon": rollout_epsilon(global_step - args.batch_size, args.num_steps - 1, args),
-        "losses/td_loss": loss_stats[0], "losses/q_values": loss_stats[1],
+        "losses/td_loss": loss_stats.td_loss, "losses/q_values": loss_stats.q_values,
     }
     if probe is not None:
         scalars.update(probe.results(q_network, grad_norm.item()))
@@ -762,6 +773,7 @@ def main():
     args, scaling, signature, ckpt = read_args()
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
+    ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
     local_envs = args.num_envs // world_size
     if rank == 0:
         print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
@@ -788,7 +800,7 @@ def main():
     stats = EpisodeStats(local_envs)
     obs_np, _ = envs.reset()
     zeros = torch.zeros(local_envs, device=device)
-    state = (torch.as_tensor(obs_np, device=device), zeros, zeros)  # (obs, done, terminated) of the next step
+    state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
     status, iteration = "finished", start_iteration
@@ -805,29 +817,29 @@ def main():
         # Rollout: num_steps x local_envs epsilon-greedy transitions (and the greedy evaluation envs' steps)
         q_network.eval()
         finished, eval_finished, state = collect_rollout(envs, q_network, storage, state, stats, args, device,
-                                                         autocast, global_step, evaluator, world_size, rank)
-        finished = gather_list(finished, world_size)
+                                                         autocast, global_step, evaluator, ranks)
+        finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
         # Q(lambda) targets on the rollout, bootstrapped from max_a Q of the next state
         with torch.no_grad(), autocast():
-            next_max_q = q_network(state[0]).float().max(dim=-1).values
+            next_max_q = q_network(state.obs).float().max(dim=-1).values
         targets = compute_q_lambda_targets(storage.rewards, storage.max_q, storage.dones, storage.terminations,
-                                           next_max_q, state[1], state[2], args.gamma, args.q_lambda)
+                                           next_max_q, state.done, state.terminated, args.gamma, args.q_lambda)
         # Flatten the batch; a step right after a done was ignored by the env and is masked out
-        b_obs = storage.obs.reshape((-1,) + storage.obs.shape[2:])
-        batch = (b_obs, storage.actions.reshape(-1), targets.reshape(-1), 1.0 - storage.dones.reshape(-1))
+        batch = Batch(obs=storage.obs.reshape((-1,) + storage.obs.shape[2:]), actions=storage.actions.reshape(-1),
+                      targets=targets.reshape(-1), valid=1.0 - storage.dones.reshape(-1))
         probe = None
         if args.diagnostics_every > 0 and iteration % args.diagnostics_every == 0:
-            probe = make_probe(q_network, b_obs, args, autocast, device, rank, world_size)
+            probe = make_probe(q_network, batch.obs, args, autocast, device, ranks)
 
         # Update: update_epochs passes over shuffled minibatches of the TD(lambda) regression
         q_network.train()
         loss_stats, grad_norm, _ = update(q_network, optimizer, batch, args, scaling["minibatch_size"],
-                                          autocast, world_size, probe, loss_fn, rank)
+                                          autocast, ranks, probe, loss_fn)
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
-        loss_stats = loss_stats.cpu().numpy()
+        loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, q_network, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -1546,6 +1558,39 @@ def any_rank_says(flag: bool, world_size: int, device) -> bool:
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not any_rank_says(not flag, world_size, device)
+
+
+class Ranks(NamedTuple):
+    """The one distributed context the rollout, the update and the probe take: this process is rank `rank` of
+    `world_size`. In one process (Ranks(), rank 0 of 1) every method returns its input or does nothing."""
+    world_size: int = 1
+    rank: int = 0
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return sum_over_ranks(x, self.world_size)
+
+    def gather_envs(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        return gather_envs(x, self.world_size, dim)
+
+    def own_envs(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of x [N, ...], a tensor over every rank's envs (gather_envs)."""
+        if self.world_size == 1:
+            return x
+        local = x.shape[0] // self.world_size
+        return x[self.rank * local:(self.rank + 1) * local]
+
+    def gather_list(self, items: list) -> list:
+        return gather_list(items, self.world_size)
+
+    def local_rows(self, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return local_rows(idx, num_envs, self.rank, self.world_size)
+
+    def gather_rows(self, b_x: torch.Tensor, idx: torch.Tensor, num_envs: int) -> torch.Tensor:
+        return gather_rows(b_x, idx, num_envs, self.rank, self.world_size)
+
+    def allreduce_gradients(self, model) -> None:
+        if self.world_size > 1:
+            allreduce_gradients(model, self.world_size)
 # <<< shared:torch-distributed
 
 

@@ -1783,7 +1783,8 @@ def main():
             it = iteration + i + 1
             diagnostics = None
             if it == diag_at:  # on every process: a collective
-                diagnostics = compute_diagnostics(train.network, probe, runner.train, args.batch_size, stats[i, 6])
+                grad_norm = stats[i, STAT_NAMES.index("diagnostics/grad_norm")]
+                diagnostics = compute_diagnostics(train.network, probe, runner.train, args.batch_size, grad_norm)
             if logger:
                 log_update(logger, args, scaling, it, stats[i], episodes, i, sps, diagnostics)
         if bad is not None:  # non-finite loss or parameters: stop, keep the last good checkpoint

@@ -104,7 +104,7 @@ def test_cleanrl_compat_gae_is_cleanrls_on_a_hand_made_rollout():
     next_value, next_done, next_term = [5.0, 8.0], [1.0, 0.0], [0.0, 0.0]
     storage = m.make_storage(5, 2, (4, 84, 84), "cpu")
     storage.dones[:], storage.terminations[:] = torch.tensor(dones), torch.tensor(terms)
-    state = (None, torch.tensor(next_done), torch.tensor(next_term))
+    state = m.NextStep(None, torch.tensor(next_done), torch.tensor(next_term))
     terminations, bootstrap_term = m.bootstrap_terminations(storage, state, cleanrl_compat=True)
     adv, ret = m.compute_advantages(torch.tensor(rewards), torch.tensor(values), storage.dones, terminations,
                                     torch.tensor(next_value), state[1], bootstrap_term, gamma, lam)
@@ -209,25 +209,25 @@ def no_autocast():
 
 def tiny_batch(n, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g), torch.randint(0, 4, (n,), generator=g),
-            torch.full((n,), -1.4), torch.randn(n, generator=g), torch.randn(n, generator=g), torch.randn(n, generator=g),
-            torch.ones(n))
+    return m.Batch(torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
+                   torch.randint(0, 4, (n,), generator=g), torch.full((n,), -1.4), torch.randn(n, generator=g),
+                   torch.randn(n, generator=g), torch.randn(n, generator=g), torch.ones(n))
 
 
 def gradient(agent, batch, idx, args):
     agent.zero_grad(set_to_none=True)
-    stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast)
-    return torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats
+    stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast, m.ppo_loss, m.Ranks())
+    return torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), torch.stack(stats)
 
 
 def test_masked_samples_carry_no_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(4), m.Args()
     batch = tiny_batch(6)
-    batch[6][4:] = 0.0  # the last two steps were ignored by the env
+    batch.valid[4:] = 0.0  # the last two steps were ignored by the env
     grad_a, stats_a = gradient(agent, batch, torch.arange(6), args)
-    for t in (3, 4, 5):
-        batch[t][4:] = 1e3  # garbage advantages, returns and values on the masked samples
+    for x in (batch.advantages, batch.returns, batch.values):
+        x[4:] = 1e3  # garbage advantages, returns and values on the masked samples
     grad_b, stats_b = gradient(agent, batch, torch.arange(6), args)
     assert torch.allclose(grad_a, grad_b, atol=1e-7) and torch.allclose(stats_a, stats_b, atol=1e-7)
 
@@ -240,14 +240,14 @@ def test_update_logs_cleanrls_loss_statistics():
     seen = []
     def recording_loss(*a):
         loss, stats = m.ppo_loss(*a)
-        seen.append(stats.clone())
+        seen.append(torch.stack(stats))
         return loss, stats
-    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, no_autocast,
-                               1, loss_fn=recording_loss)
+    stats, _, steps = m.update(agent, optimizer, tiny_batch(16), args, 4, no_autocast, m.Ranks(),
+                               loss_fn=recording_loss)
     seen = torch.stack(seen)
     assert steps == len(seen) == 8
-    assert torch.equal(stats[:5], seen[-1, :5])
-    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert torch.equal(torch.stack(stats)[:5], seen[-1, :5])
+    assert stats.clipfrac.item() == pytest.approx(seen[:, 5].mean().item())
     assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
 
 
@@ -255,7 +255,7 @@ def test_chunked_gradient_equals_the_whole_minibatch_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(4), m.Args()
     batch = tiny_batch(12)
-    batch[6][[2, 7]] = 0.0
+    batch.valid[[2, 7]] = 0.0
     idx = torch.randperm(12)
     whole, stats_whole = gradient(agent, batch, idx, m.Args(update_chunk_size=0))
     chunked, stats_chunked = gradient(agent, batch, idx, m.Args(update_chunk_size=5))
@@ -268,13 +268,13 @@ def test_compiled_loss_gives_the_eager_gradient():
     agent, args = m.Agent(4, channels_last=True), m.Args()
     agent = agent.to(memory_format=torch.channels_last)
     batch = tiny_batch(16)
-    batch[6][[3, 9]] = 0.0
+    batch.valid[[3, 9]] = 0.0
     idx = torch.randperm(16)
     grads = []
     for loss_fn in (m.ppo_loss, m.maybe_compile(m.ppo_loss, True)):
         agent.zero_grad(set_to_none=True)
-        stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast, loss_fn)
-        grads.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats))
+        stats = m.minibatch_gradient(agent, batch, idx, args, no_autocast, loss_fn, m.Ranks())
+        grads.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), torch.stack(stats)))
     (eager, eager_stats), (compiled, compiled_stats) = grads
     assert eager.abs().max() > 0
     assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-6)
@@ -348,7 +348,8 @@ def test_each_step_of_an_update_is_cleanrls_step_whatever_the_layout_compiler_an
     ours.load_state_dict(reference.state_dict())
     ours = ours.to(memory_format=torch.channels_last)
     batch = tiny_batch(64, seed=1)
-    batch = batch[:2] + (batch[2] + 0.05 * batch[3],) + batch[3:]  # behaviour log-probs that differ per sample
+    # behaviour log-probs that differ per sample
+    batch = batch._replace(logprobs=batch.logprobs + 0.05 * batch.advantages)
     mb_size = 64 // args.num_minibatches
     torch.manual_seed(7)
     perms = [torch.randperm(64) for _ in range(args.update_epochs)]  # the draws update() makes after manual_seed(7)
@@ -369,7 +370,7 @@ def test_each_step_of_an_update_is_cleanrls_step_whatever_the_layout_compiler_an
     optimizer = torch.optim.Adam(ours.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # as build_agent
     probe = LockstepProbe(snapshots, optimizer)
     _, _, steps = m.update(ours, optimizer, batch, dataclasses.replace(args, update_chunk_size=10), mb_size,
-                           no_autocast, 1, probe=probe, loss_fn=m.maybe_compile(m.ppo_loss, True))
+                           no_autocast, m.Ranks(), probe=probe, loss_fn=m.maybe_compile(m.ppo_loss, True))
     assert steps == probe.k == 16
     assert min(probe.moves) > 0.05  # every Adam step of 1e-3 moved the weights (0.21 at the least, measured)
     assert max(d / mv for d, mv in zip(probe.diffs, probe.moves)) < 1e-5, (probe.diffs, probe.moves)
@@ -410,7 +411,7 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
-                      m.Args(num_steps=8), "cpu", autocast)
+                      m.Args(num_steps=8), "cpu", autocast, m.Ranks())
     for t in range(8):
         with torch.no_grad(), autocast():
             logits, value = agent(storage.obs[t])
@@ -431,7 +432,7 @@ def test_bf16_rollout_runs_the_heads_in_fp32():
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16)
     m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
-                      m.Args(num_steps=8), "cpu", autocast)
+                      m.Args(num_steps=8), "cpu", autocast, m.Ranks())
     for t in range(8):
         x = storage.obs[t].float() / 255.0
         with torch.no_grad():
@@ -541,7 +542,7 @@ def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)
-    assert torch.allclose(m.normalize_advantages(adv, torch.ones(50)), expected, atol=1e-6)
+    assert torch.allclose(m.normalize_advantages(adv, torch.ones(50), torch.tensor(50.0), m.Ranks()), expected, atol=1e-6)
 
 
 def test_episode_stats_whole_game_several_per_step_and_truncation():

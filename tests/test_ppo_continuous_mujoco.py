@@ -246,7 +246,7 @@ def test_cleanrl_compat_matches_cleanrl_env_stack_and_gae(num_envs, monkeypatch)
     zeros = torch.zeros(n)
     state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
     finished, state = m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(n), normalizer, args, "cpu",
-                                        lambda: torch.autocast("cpu", enabled=False))
+                                        lambda: torch.autocast("cpu", enabled=False), m.Ranks())
 
     def cleanrl_make_env():  # CleanRL's make_env, without video
         env = real_make("Hopper-v4", max_episode_steps=20)
@@ -273,13 +273,13 @@ def test_cleanrl_compat_matches_cleanrl_env_stack_and_gae(num_envs, monkeypatch)
     assert np.allclose(storage.obs.numpy(), np.stack(ref_obs), atol=1e-5)
     assert np.allclose(storage.rewards.numpy(), np.stack(ref_rewards), atol=1e-5)
     assert np.array_equal(storage.dones.numpy(), np.stack(ref_dones))
-    assert np.array_equal(state[1].numpy(), next_done) and np.allclose(state[0].numpy(), next_obs, atol=1e-5)
+    assert np.array_equal(state.done.numpy(), next_done) and np.allclose(state.obs.numpy(), next_obs, atol=1e-5)
 
     with torch.no_grad():
-        next_value = agent(state[0])[2]
+        next_value = agent(state.obs)[2]
     terminations, next_term = m.bootstrap_terminations(storage, state, args.cleanrl_compat)
     adv, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
-                                  state[1], next_term, args.gamma, args.gae_lambda)
+                                  state.done, next_term, args.gamma, args.gae_lambda)
     expected = cleanrl_gae(np.stack(ref_rewards), storage.values.numpy(), np.stack(ref_dones), next_value.numpy(),
                            next_done, args.gamma, args.gae_lambda)
     assert np.allclose(adv.numpy(), expected, rtol=1e-4, atol=1e-5)
@@ -287,7 +287,7 @@ def test_cleanrl_compat_matches_cleanrl_env_stack_and_gae(num_envs, monkeypatch)
     # the default mode bootstraps truncations: other advantages on the same rollout
     terminations, next_term = m.bootstrap_terminations(storage, state, False)
     default, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
-                                      state[1], next_term, args.gamma, args.gae_lambda)
+                                      state.done, next_term, args.gamma, args.gae_lambda)
     assert not np.allclose(default.numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
@@ -308,19 +308,19 @@ def test_update_logs_cleanrls_loss_statistics():
     agent, args = m.Agent(5, 2), m.Args(update_epochs=2, learning_rate=1e-2)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
     n = 32
-    batch = (torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n),
-             torch.randn(n), torch.ones(n))
+    batch = m.Batch(torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n),
+                    torch.randn(n), torch.ones(n))
     seen = []
     def recording_loss(*a):
         loss, stats = m.ppo_loss(*a)
-        seen.append(stats.clone())
+        seen.append(torch.stack(stats))
         return loss, stats
-    stats, _, steps = m.update(agent, optimizer, batch, args, 8, lambda: torch.autocast("cpu", enabled=False), 1,
+    stats, _, steps = m.update(agent, optimizer, batch, args, 8, lambda: torch.autocast("cpu", enabled=False), m.Ranks(),
                                loss_fn=recording_loss)
     seen = torch.stack(seen)
     assert steps == len(seen) == 8
-    assert torch.equal(stats[:5], seen[-1, :5])
-    assert stats[5].item() == pytest.approx(seen[:, 5].mean().item())
+    assert torch.equal(torch.stack(stats)[:5], seen[-1, :5])
+    assert stats.clipfrac.item() == pytest.approx(seen[:, 5].mean().item())
     assert not torch.allclose(seen[0, :5], seen[-1, :5])  # the policy moved: first and last minibatch differ
 
 
@@ -328,15 +328,16 @@ def test_compiled_loss_gives_the_eager_gradient():
     torch.manual_seed(0)
     agent, args = m.Agent(5, 2), m.Args()
     n = 64
-    batch = [torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n), torch.randn(n)]
-    valid = torch.ones(n)
-    valid[[3, 40]] = 0.0
+    batch = m.Batch(torch.randn(n, 5), torch.randn(n, 2), torch.randn(n) - 2.0, torch.randn(n), torch.randn(n),
+                    torch.randn(n), torch.ones(n))
+    batch.valid[[3, 40]] = 0.0
+    idx = torch.randperm(n)
     results = []
     for loss_fn in (m.ppo_loss, m.maybe_compile(m.ppo_loss, True)):
         agent.zero_grad(set_to_none=True)
-        loss, stats = loss_fn(agent, *batch, valid, args)
-        loss.backward()
-        results.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), stats.detach()))
+        stats = m.minibatch_gradient(agent, batch, idx, args, lambda: torch.autocast("cpu", enabled=False), loss_fn,
+                                     m.Ranks())
+        results.append((torch.cat([p.grad.reshape(-1) for p in agent.parameters()]), torch.stack(stats)))
     (eager, eager_stats), (compiled, compiled_stats) = results
     assert eager.abs().max() > 0
     assert torch.allclose(eager, compiled, rtol=1e-4, atol=1e-6)
@@ -357,7 +358,7 @@ def rollout_8_steps(bf16: bool) -> tuple:
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     state = (torch.as_tensor(normalizer.obs(obs)), zeros, zeros)
-    m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast)
+    m.collect_rollout(envs, agent, storage, state, m.EpisodeStats(2), normalizer, args, "cpu", autocast, m.Ranks())
     return agent, storage, autocast
 
 

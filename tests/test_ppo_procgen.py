@@ -236,7 +236,7 @@ def test_rollout_logs_the_game_score_and_learns_from_normalised_rewards():
     zeros = torch.zeros(2)
     normalizer = m.RewardNormalizer(2, args.gamma)
     finished, _ = m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
-                                    normalizer, args, "cpu", no_autocast)
+                                    normalizer, args, "cpu", no_autocast, m.Ranks())
     raw = np.stack(envs.raw)
     assert finished and raw.sum() > 0
     # each logged return is the sum of raw rewards since its env's previous episode end

@@ -95,7 +95,7 @@ def test_td_loss_by_hand_with_a_masked_sample():
     targets, valid = torch.tensor([2.0, 1.5, 100.0]), torch.tensor([1.0, 1.0, 0.0])
     loss, stats = m.td_loss(network, obs, actions, targets, valid, valid.sum())
     assert loss.item() == pytest.approx(((3 - 2) ** 2 + (0.5 - 1.5) ** 2) / 2)  # the masked sample adds nothing
-    assert stats.tolist() == pytest.approx([1.0, (3.0 + 0.5) / 2])  # td_loss, mean Q of the taken actions
+    assert stats.td_loss.item() == pytest.approx(1.0) and stats.q_values.item() == pytest.approx((3.0 + 0.5) / 2)
 
 
 # ------------------------------------------------------------------------------------------------ exploration
@@ -123,27 +123,27 @@ def test_greedy_change_by_hand():
 # ------------------------------------------------------------------------------------------------ update
 def tiny_batch(n, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g), torch.randint(0, 4, (n,), generator=g),
-            torch.randn(n, generator=g), torch.ones(n))
+    return m.Batch(torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
+                   torch.randint(0, 4, (n,), generator=g), torch.randn(n, generator=g), torch.ones(n))
 
 
 def gradient(net, batch, idx, args, loss_fn=m.td_loss):
     net.zero_grad(set_to_none=True)
-    stats = m.minibatch_gradient(net, batch, idx, args, NO_AUTOCAST, loss_fn)
-    return torch.cat([p.grad.reshape(-1) for p in net.parameters()]), stats
+    stats = m.minibatch_gradient(net, batch, idx, args, NO_AUTOCAST, loss_fn, m.Ranks())
+    return torch.cat([p.grad.reshape(-1) for p in net.parameters()]), torch.stack(stats)
 
 
 def test_masked_samples_carry_no_gradient_and_chunks_add_up():
     torch.manual_seed(0)
     net = m.QNetwork(4)
     batch = tiny_batch(12)
-    batch[3][[2, 7]] = 0.0  # two steps the env ignored
+    batch.valid[[2, 7]] = 0.0  # two steps the env ignored
     idx = torch.randperm(12)
     whole, stats_whole = gradient(net, batch, idx, m.Args(update_chunk_size=0))
     chunked, stats_chunked = gradient(net, batch, idx, m.Args(update_chunk_size=5))
     assert whole.abs().max() > 0
     assert torch.allclose(whole, chunked, rtol=1e-4, atol=1e-5) and torch.allclose(stats_whole, stats_chunked, rtol=1e-5)
-    batch[2][[2, 7]] = 1e3  # garbage targets on the masked samples change nothing
+    batch.targets[[2, 7]] = 1e3  # garbage targets on the masked samples change nothing
     garbage, stats_garbage = gradient(net, batch, idx, m.Args(update_chunk_size=0))
     assert torch.allclose(whole, garbage, atol=1e-7) and torch.allclose(stats_whole, stats_garbage, atol=1e-7)
 
@@ -152,7 +152,7 @@ def test_compiled_loss_gives_the_eager_gradient():
     torch.manual_seed(0)
     net = m.QNetwork(4, channels_last=True).to(memory_format=torch.channels_last)
     batch = tiny_batch(16)
-    batch[3][[3, 9]] = 0.0
+    batch.valid[[3, 9]] = 0.0
     idx = torch.randperm(16)
     eager, eager_stats = gradient(net, batch, idx, m.Args())
     compiled, compiled_stats = gradient(net, batch, idx, m.Args(), m.maybe_compile(m.td_loss, True))
@@ -172,7 +172,8 @@ def test_rollout_stores_the_networks_own_max_q_and_greedy_actions(bf16):
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     args = m.Args(num_envs=2, num_steps=8, start_e=0.0, end_e=0.0)  # greedy: the stored action is the argmax
-    m.collect_rollout(envs, net, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2), args, "cpu", autocast, 0)
+    m.collect_rollout(envs, net, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2), args, "cpu", autocast, 0,
+                      None, m.Ranks())
     for t in range(8):
         with torch.no_grad(), autocast():
             q = net(storage.obs[t]).float()
@@ -209,6 +210,31 @@ def test_presets_change_the_defaults_and_explicit_flags_win():
     # a recipe's base configuration is the preset's defaults: 128 x 32 / 32 minibatches = 128 samples
     scaling = m.resolve_scaling(m.parse_args(["--preset", "purejaxql", "--num-envs", "512", "--scaling-recipe", "more-minibatches"]))
     assert (scaling["minibatch_size"], scaling["num_minibatches"], scaling["base_num_envs"]) == (128, 128, 128)
+
+
+def test_the_purejaxql_preset_changes_defaults_only_and_keeps_args_help():
+    """PurejaxqlArgs re-declares fields for their defaults alone: the help text of each is Args' (one place to
+    edit), and --preset purejaxql --help shows it beside the preset's default."""
+    import ast
+    import dataclasses
+
+    def field_docs(name):
+        source = open(SCRIPT).read()
+        (cls,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == name]
+        return {a.target.id: isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                for a, b in zip(cls.body, cls.body[1:] + [None]) if isinstance(a, ast.AnnAssign)}
+
+    preset, base = field_docs("PurejaxqlArgs"), field_docs("Args")
+    assert len(preset) >= 10 and not any(preset.values())  # no docstring of its own under any field
+    assert all(base[name] for name in preset)  # Args has one for each
+    defaults = {f.name: f.default for f in dataclasses.fields(m.PurejaxqlArgs)}
+    assert {name: defaults[name] for name in preset} != {f.name: f.default for f in dataclasses.fields(m.Args)
+                                                           if f.name in preset}
+    out = subprocess.run([sys.executable, SCRIPT, "--preset", "purejaxql", "--help"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0
+    help_line = [line for line in out.stdout.splitlines() if "--num-envs INT" in line]
+    assert help_line and "the number of parallel game environments" in help_line[0] and "(default: 128)" in help_line[0]
 
 
 # purejaxql's Atari setting, written from mttga/purejaxql at commit 47af6d7 (file: line):
@@ -339,7 +365,7 @@ def test_diagnostics_features_are_the_policys_under_bf16(network):
     """Under --bf16 the diagnostics read the trunk under the same autocast as the policy's forward pass."""
     torch.manual_seed(0)
     net = m.QNetwork(4, network=network).eval()
-    obs = tiny_batch(6)[0]
+    obs = tiny_batch(6).obs
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16)
     seen = []

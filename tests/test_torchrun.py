@@ -162,8 +162,10 @@ def check_gathers(rank):
     torch.manual_seed(1)
     actions, logp = atari.sample_actions(logits)
     torch.manual_seed(1)
-    mine_actions, mine_logp = atari.sample_actions(atari.gather_envs(split(logits, rank, 0), W))
+    ranks = atari.Ranks(W, rank)
+    mine_actions, mine_logp = atari.sample_actions(ranks.gather_envs(split(logits, rank, 0)))
     assert torch.equal(mine_actions, actions) and torch.equal(mine_logp, logp)
+    assert torch.equal(ranks.own_envs(mine_actions), split(actions, rank, 0))  # the rollout keeps its envs' actions
 
 
 def ppo_batch(num_frames_shape, g):
@@ -178,20 +180,21 @@ def gradient(net):
     return torch.cat([p.grad.reshape(-1) for p in net.parameters()])
 
 
-def check_minibatch_gradient(module, make_net, batch, rank, args):
+def check_minibatch_gradient(module, make_net, batch, rank, args, loss_fn):
     """One minibatch step: this rank's share with the minibatch's count (and advantage statistics) summed
     over ranks, gradients summed, against one process's whole minibatch."""
     no_autocast = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
     idx = torch.tensor([9, 0, 5, 2, 11, 6, 7, 3])  # envs 1, 0, 1, 2, 3, 2, 3, 3: uneven shares
     torch.manual_seed(0)
     net = make_net()
-    stats_one = module.minibatch_gradient(net, [flat(x) for x in batch], idx, args, no_autocast)
+    one = module.Batch(*(flat(x) for x in batch))
+    stats_one = torch.stack(module.minibatch_gradient(net, one, idx, args, no_autocast, loss_fn, module.Ranks()))
     grad_one = gradient(net)
     net.zero_grad(set_to_none=True)
-    local = [flat(split(x, rank)) for x in batch]
-    stats = module.sum_over_ranks(module.minibatch_gradient(net, local, module.local_rows(idx, N, rank, W), args,
-                                                            no_autocast, world_size=W), W)
-    module.allreduce_gradients(net, W)
+    ranks = module.Ranks(W, rank)
+    local = module.Batch(*(flat(split(x, rank)) for x in batch))
+    stats = torch.stack(module.minibatch_gradient(net, local, ranks.local_rows(idx, N), args, no_autocast, loss_fn, ranks))
+    ranks.allreduce_gradients(net)
     assert grad_one.abs().max() > 0
     assert torch.allclose(gradient(net), grad_one, rtol=1e-5, atol=1e-7), (gradient(net) - grad_one).abs().max()
     assert torch.allclose(stats, stats_one, rtol=RTOL, atol=ATOL), (stats, stats_one)
@@ -202,23 +205,9 @@ def check_mujoco_minibatch(rank):
     obs, actions = torch.randn(T, N, 5, generator=g), torch.randn(T, N, 2, generator=g)
     advantages, valid = 3 * torch.randn(T, N, generator=g) + 1, torch.ones(T, N)
     valid[0, 3] = 0.0
-    rest = [torch.randn(T, N, generator=g) - 3, advantages, torch.randn(T, N, generator=g), torch.randn(T, N, generator=g), valid]
-    idx = torch.tensor([9, 0, 5, 2, 11, 6, 7, 3])
-    args = mujoco.Args()
-    torch.manual_seed(0)
-    net = mujoco.Agent(5, 2)
-    loss, stats_one = mujoco.ppo_loss(net, *(flat(x)[idx] for x in [obs, actions] + rest), args)
-    loss.backward()
-    grad_one = gradient(net)
-    net.zero_grad(set_to_none=True)
-    mine = mujoco.local_rows(idx, N, rank, W)
-    b_adv, b_valid = flat(split(advantages, rank))[mine], flat(split(valid, rank))[mine]
-    count, moments = mujoco.minibatch_moments(b_adv, b_valid, W)
-    loss, stats = mujoco.ppo_loss(net, *(flat(split(x, rank))[mine] for x in [obs, actions] + rest), args, count, moments)
-    loss.backward()
-    mujoco.allreduce_gradients(net, W)
-    assert torch.allclose(gradient(net), grad_one, rtol=1e-5, atol=1e-7)
-    assert torch.allclose(mujoco.sum_over_ranks(stats, W), stats_one, rtol=RTOL, atol=ATOL)
+    batch = [obs, actions, torch.randn(T, N, generator=g) - 3, advantages, torch.randn(T, N, generator=g),
+             torch.randn(T, N, generator=g), valid]
+    check_minibatch_gradient(mujoco, lambda: mujoco.Agent(5, 2), batch, rank, mujoco.Args(), mujoco.ppo_loss)
 
 
 def check_reward_normalizer(rank):
@@ -240,11 +229,13 @@ def two_rank_worker(rank, port):
     try:
         check_gathers(rank)
         g = torch.Generator().manual_seed(1)
-        check_minibatch_gradient(atari, lambda: atari.Agent(4), ppo_batch((4, 84, 84), g), rank, atari.Args(update_chunk_size=3))
+        check_minibatch_gradient(atari, lambda: atari.Agent(4), ppo_batch((4, 84, 84), g), rank,
+                                 atari.Args(update_chunk_size=3), atari.ppo_loss)
         check_minibatch_gradient(procgen, lambda: procgen.Agent(4), [ppo_batch((64, 64, 3), g)[0]] + ppo_batch((4, 84, 84), g)[1:],
-                                 rank, procgen.Args(update_chunk_size=3))
+                                 rank, procgen.Args(update_chunk_size=3), procgen.ppo_loss)
         frames, actions, _, targets, _, _, valid = ppo_batch((4, 84, 84), g)
-        check_minibatch_gradient(pqn, lambda: pqn.QNetwork(4), [frames, actions, targets, valid], rank, pqn.Args(update_chunk_size=3))
+        check_minibatch_gradient(pqn, lambda: pqn.QNetwork(4), [frames, actions, targets, valid], rank,
+                                 pqn.Args(update_chunk_size=3), pqn.td_loss)
         check_mujoco_minibatch(rank)
         check_reward_normalizer(rank)
     finally:
