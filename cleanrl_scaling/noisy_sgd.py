@@ -222,7 +222,7 @@ def print_plateau_check(args, resolved: dict, step: int, distance: np.ndarray) -
 
 
 def main():
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=help_description(__doc__))
     try:
         resolved = validate(args)
         if args.log_seeds != 0:  # --log-seeds 0 writes nothing
@@ -309,6 +309,19 @@ def check_finite_floats(args) -> None:
 # <<< shared:errors
 
 
+# >>> shared:help
+PAPERS = """The papers the flags cite:
+- B26 = Beukman et al. 2026, Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments, https://arxiv.org/abs/2603.06009
+- M25 = Mayor et al. 2025, The Impact of On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks (ICML 2025), https://arxiv.org/abs/2506.03404
+- H25 = Honari et al. 2025, Training PPO-Clip with Parallelized Data Generation: A Case of Fixed-Point Convergence (RLC 2025 workshop), https://openreview.net/forum?id=R9AudTtTIH"""
+
+
+def help_description(doc: str) -> str:
+    """The text --help prints above the flags: the script's docstring, then the papers B26, M25 and H25 by name."""
+    return f"{doc.strip()}\n\n{PAPERS}"
+# <<< shared:help
+
+
 # >>> shared:rundir
 def package_versions() -> dict:
     from importlib import metadata
@@ -352,6 +365,11 @@ def check_writable_dir(path: str, flag: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
+
+
+def announce_run(run_dir: str) -> None:
+    """At start, not only at the end: where the run writes, and the command that shows its curves while it trains."""
+    print(f"run directory: {run_dir}\nwatch it train: tensorboard --logdir {os.path.dirname(run_dir) or '.'}", flush=True)
 
 
 def claim_run_dir(path: str) -> str:
