@@ -939,8 +939,10 @@ PAPERS = """The papers the flags cite:
 
 
 def help_description(doc: str) -> str:
-    """The text --help prints above the flags: the script's docstring, then the papers B26, M25 and H25 by name."""
-    return f"{doc.strip()}\n\n{PAPERS}"
+    """The text --help prints above the flags: the script's docstring, each paragraph on one line (tyro would break
+    one before a line that starts with "(" or "§"), then the papers B26, M25 and H25 by name."""
+    paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in doc.strip().split("\n\n")]
+    return "\n\n".join(paragraphs + [PAPERS])
 # <<< shared:help
 
 
