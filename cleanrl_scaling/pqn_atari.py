@@ -1164,10 +1164,7 @@ class RunLogger:
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
 
     def _truncate_after(self, iteration: int) -> None:
@@ -1206,6 +1203,9 @@ class RunLogger:
         return f"{name} {self.last_headline:.2f}"
 
     def progress(self, step: int, sps: float) -> None:
+        if self.mode == "bar" and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
             self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)

@@ -646,6 +646,17 @@ def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
     assert "no episode finished yet" in shown and "nan" not in shown
 
 
+def test_the_bar_starts_after_the_start_up_lines(tmp_path, capsys):
+    """A bar drawn as the run directory opened had the start-up lines print through it."""
+    logger = m.RunLogger(str(tmp_path / "bar"), {}, m.Args(progress="bar"), total_steps=100)
+    m.announce_run(logger.run_dir)
+    shown = capsys.readouterr()
+    assert shown.err == "" and "tensorboard --logdir" in shown.out
+    logger.progress(16, 1000.0)
+    assert "16/100" in capsys.readouterr().err
+    logger.close({"status": "finished"})
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 BAD_INPUTS = [
     (["--env-id", "NotAGame-v5"], "--env-id"),
