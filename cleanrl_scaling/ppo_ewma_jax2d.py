@@ -1020,8 +1020,8 @@ def main():
         end = next_stop(iteration, args)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        with Phase(f"first {n} updates of {args.batch_size:,} steps", "compiling them first; later runs read the program "
-                   f"from {os.environ['JAX_COMPILATION_CACHE_DIR']}", show=iteration == start_iteration):
+        with Phase(f"first {n} updates of {args.batch_size:,} steps", "compiling them first: slow on the first run only, "
+                   f"cached in {os.environ['JAX_COMPILATION_CACHE_DIR']} after", show=iteration == start_iteration):
             runner, probe, stats, episodes = train.train_chunk(hyper, train.tasks, runner, probe, n,
                                                                n - 1 if diag_at else -1)
             stats, episodes = jax.device_get((stats, episodes))
