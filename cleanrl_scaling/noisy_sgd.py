@@ -222,7 +222,7 @@ def print_plateau_check(args, resolved: dict, step: int, distance: np.ndarray) -
 
 
 def main():
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=help_description(__doc__))
     try:
         resolved = validate(args)
         if args.log_seeds != 0:  # --log-seeds 0 writes nothing
@@ -259,7 +259,7 @@ def main():
                 break
             last_finite = x
             log(step, x, grad, lr)
-            if loggers and loggers[0].bar is not None:  # a bar on a terminal; plain lines are pointless for seconds
+            if loggers and loggers[0].mode == "bar":  # a bar on a terminal; plain lines are pointless for seconds
                 loggers[0].progress(step, step / max(time.time() - start_time, 1e-9))
             if stop.signum:
                 status = "interrupted"
@@ -309,6 +309,21 @@ def check_finite_floats(args) -> None:
 # <<< shared:errors
 
 
+# >>> shared:help
+PAPERS = """The papers the flags cite:
+- B26 = Beukman et al. 2026, Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments, https://arxiv.org/abs/2603.06009
+- M25 = Mayor et al. 2025, The Impact of On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks (ICML 2025), https://arxiv.org/abs/2506.03404
+- H25 = Honari et al. 2025, Training PPO-Clip with Parallelized Data Generation: A Case of Fixed-Point Convergence (RLC 2025 workshop), https://openreview.net/forum?id=R9AudTtTIH"""
+
+
+def help_description(doc: str) -> str:
+    """The text --help prints above the flags: the script's docstring, each paragraph on one line (tyro would break
+    one before a line that starts with "(" or "§"), then the papers B26, M25 and H25 by name."""
+    paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in doc.strip().split("\n\n")]
+    return "\n\n".join(paragraphs + [PAPERS])
+# <<< shared:help
+
+
 # >>> shared:rundir
 def package_versions() -> dict:
     from importlib import metadata
@@ -354,6 +369,11 @@ def check_writable_dir(path: str, flag: str) -> None:
         raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
 
 
+def announce_run(run_dir: str) -> None:
+    """At start, not only at the end: where the run writes, and the command that shows its curves while it trains."""
+    print(f"run directory: {run_dir}\nwatch it train: tensorboard --logdir {os.path.dirname(run_dir) or '.'}", flush=True)
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -390,10 +410,7 @@ class RunLogger:
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
 
     def _truncate_after(self, iteration: int) -> None:
@@ -432,6 +449,9 @@ class RunLogger:
         return f"{name} {self.last_headline:.2f}"
 
     def progress(self, step: int, sps: float) -> None:
+        if self.mode == "bar" and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
             self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)

@@ -99,11 +99,9 @@ class Args(ScalingArgs, RunArgs):
     env_threads: int = 0
     """envpool worker threads (0 = one per CPU core this process may use)"""
     torch_threads: int = 1
-    """torch intra-op threads (0 = torch's default); a 64-64 MLP gains nothing from more, and idle OpenMP
-    workers spin on the cores envpool's threads need"""
+    """torch intra-op threads (0 = torch's default); a 64-64 MLP gains nothing from more, and idle OpenMP workers spin on the cores envpool's threads need"""
     compile: bool = True
-    """torch.compile the update's forward pass and loss (about 30% faster minibatch steps on CPU; the first
-    iteration pays a one-off compile, cached on disk; falls back to eager with a warning where inductor cannot build)"""
+    """torch.compile the update's forward pass and loss (about 30% faster minibatch steps on CPU; compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     norm_obs: bool = True
     """normalise observations by a running mean and variance (CleanRL's NormalizeObservation)"""
     norm_reward: bool = True
@@ -113,9 +111,7 @@ class Args(ScalingArgs, RunArgs):
     norm_clip: float = 10.0
     """normalised observations and rewards are clipped to [-norm_clip, norm_clip]"""
     cleanrl_compat: bool = False
-    """CleanRL's semantics, as H25 ran them: a truncation ends the episode like a termination (no bootstrap),
-    per-env normalisation with gymnasium's wrapper arithmetic (implies --norm-stats per-env), gymnasium envs that
-    reset within the done step; on envpool, the step after a done stays in the loss (no masking)"""
+    """CleanRL's semantics, as H25 ran them: truncation as termination (no bootstrap), gymnasium's per-env normalisation (implies --norm-stats per-env), gymnasium envs reset within the done step, no masking on envpool"""
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v4"
@@ -153,11 +149,42 @@ class Args(ScalingArgs, RunArgs):
     target_kl: Optional[float] = None
     """the target KL divergence threshold"""
 
-    # to be filled in runtime
-    batch_size: int = 0
+    # computed at start from the flags above, so not flags themselves (hidden from --help)
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
+
+
+# >>> shared:recipe
+def resolve_scaling(args) -> dict:
+    """The scaling recipes (B26 §5, App. D; M25 §5.3; docs/scaling.md) on flags that check_scaling_flags passed:
+    batch, minibatch size and count, and lr at N = --num-envs from the base configuration at B = --base-num-envs."""
+    n, t, recipe = args.num_envs, args.num_steps, args.scaling_recipe
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    s, batch, lr = n / base_envs, n * t, args.learning_rate
+    # --lr-scaling's reference: the script's defaults at B envs, whatever else the user changed (M25 Fig. 11)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
+    if recipe == "none":  # only the user's own batch matters
+        base_mb, mb = reference_mb, args.minibatch_size or batch // args.num_minibatches
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_mb = args.minibatch_size or base_envs * t // args.num_minibatches
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe == "hybrid":  # B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb, lr = base_mb * args.minibatch_multiplier, lr * math.sqrt(args.minibatch_multiplier)
+        else:  # larger-minibatches, sqrt-lr: keep the number of steps (B26 Fig. 9)
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the reference
+        lr = lr * (math.sqrt(mb / reference_mb) if args.lr_scaling == "sqrt" else mb / reference_mb)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": batch // mb if mb >= 1 else 0,
+            "learning_rate": lr, "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+# <<< shared:recipe
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -838,7 +865,9 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    check_scaling_flags(args)
     scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
+    check_scaling(args, scaling)
     return scaling
 
 
@@ -849,7 +878,7 @@ RESUMABLE = ("eval_episodes",)
 def read_args() -> tuple:
     """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to resume
     (or None); every usage error exits 2 here, before anything heavy starts."""
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=help_description(__doc__))
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
@@ -879,11 +908,14 @@ def build_agent(args, obs_dim: int, act_dim: int, device) -> tuple:
     """The agent, its Adam and the (maybe compiled) loss; the torch stream is reseeded after the weights are drawn
     (CleanRL's order)."""
     agent = Agent(obs_dim, act_dim).to(device)
-    if args.diagnostics_every > 0:
-        try:
+    try:
+        if args.diagnostics_every > 0:
             check_watched_activations(agent, SCRIPT)
-        except UsageError as e:
-            exit_usage(e)
+        observations = torch.zeros((2, obs_dim), device=device)
+        check_network_outputs(agent, observations, {"mean": [[2, act_dim]], "logstd": [[1, act_dim], [2, act_dim]],
+                                                    "value": [[2]]}, SCRIPT)
+    except UsageError as e:
+        exit_usage(e)
     # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     loss_fn = maybe_compile(ppo_loss, args.compile)
@@ -1044,14 +1076,16 @@ def main():
                             normalizer, stats, state, world_size, rank, device)
 
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        first = rank == 0 and iteration == start_iteration + 1  # it pays the one-off costs: say what it is doing
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         # Rollout: num_steps x local_envs transitions under the current policy, observations normalised
         agent.eval()
-        finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
-                                          ranks)
+        with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
+            finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
+                                              ranks)
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -1068,8 +1102,10 @@ def main():
 
         # PPO update: update_epochs passes over shuffled minibatches of the clipped surrogate
         agent.train()
-        loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast, ranks,
-                                          probe, loss_fn)
+        with Phase(f"updating: {args.update_epochs} epochs x {args.num_minibatches} minibatches of "
+                   f"{scaling['minibatch_size']:,}", compile_note(args.compile), show=first):
+            loss_stats, grad_norm, _ = update(agent, optimizer, batch, args, scaling["minibatch_size"], autocast, ranks,
+                                              probe, loss_fn)
         # explained variance over all ranks' samples, in one process's layout
         ev = explained_variance(*(ranks.gather_envs(x, dim=1) for x in
                                   (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
@@ -1172,6 +1208,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
               "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
+    if logger:
+        announce_run(logger.run_dir)
     return logger, logger.run_dir if logger else run_dir
 
 
@@ -1221,70 +1259,90 @@ def check_finite_floats(args) -> None:
 # <<< shared:errors
 
 
+# >>> shared:help
+PAPERS = """The papers the flags cite:
+- B26 = Beukman et al. 2026, Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments, https://arxiv.org/abs/2603.06009
+- M25 = Mayor et al. 2025, The Impact of On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks (ICML 2025), https://arxiv.org/abs/2506.03404
+- H25 = Honari et al. 2025, Training PPO-Clip with Parallelized Data Generation: A Case of Fixed-Point Convergence (RLC 2025 workshop), https://openreview.net/forum?id=R9AudTtTIH"""
+
+
+def help_description(doc: str) -> str:
+    """The text --help prints above the flags: the script's docstring, each paragraph on one line (tyro would break
+    one before a line that starts with "(" or "§"), then the papers B26, M25 and H25 by name."""
+    paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in doc.strip().split("\n\n")]
+    return "\n\n".join(paragraphs + [PAPERS])
+# <<< shared:help
+
+
+# >>> shared:phase
+class Phase:
+    """One line when a slow phase starts (cold caches, compiling: minutes on a first run on a CPU) and one with its
+    time when it ends, so that a run says what it is doing while it does it; show=False says nothing."""
+
+    def __init__(self, what: str, note: str = "", show: bool = True):
+        self.what, self.note, self.show = what, note, show
+
+    def __enter__(self):
+        self.t0 = time.time()
+        if self.show:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.show and exc[0] is None:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+# <<< shared:phase
+
+
 # >>> shared:scaling
-def default_of(args, name: str):
-    return next(f.default for f in dataclasses.fields(args) if f.name == name)
-
-
-def resolve_scaling(args) -> dict:
-    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
-    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
+def check_scaling_flags(args) -> None:
+    """The scaling flags before resolve_scaling: each in its range, then the pairs that contradict each other, so
+    that a conflict is named as one and not reported as a batch that does not divide (docs/scaling.md)."""
+    n, t, m, mb, recipe = args.num_envs, args.num_steps, args.num_minibatches, args.minibatch_size, args.scaling_recipe
     check(n >= 1, f"--num-envs must be >= 1 (got {n})")
     check(t >= 1, f"--num-steps must be >= 1 (got {t})")
     check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
-    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(mb >= 0, f"--minibatch-size must be >= 0 (got {mb})")
     check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
           f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
-    base_envs = args.base_num_envs or default_of(args, "num_envs")
-    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
-    batch = n * t
-    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
-    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
-    s = n / base_envs
-    lr = args.learning_rate
-    recipe = args.scaling_recipe
-    if recipe == "none":  # only the user's own batch matters
-        if args.minibatch_size > 0:
-            mb = args.minibatch_size
-        else:
-            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
-                  "choose a divisor or pass --minibatch-size")
-            mb = batch // m
-        base_mb = reference_mb
-    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
-        base_batch = base_envs * t
-        if args.minibatch_size > 0:
-            base_mb = args.minibatch_size
-            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
-                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
-        else:
-            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
-                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
-            base_mb = base_batch // m
-        b = args.minibatch_multiplier if recipe == "hybrid" else 1
-        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
-        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
-            mb = base_mb
-        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
-            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
-            mb = int(base_mb * s)
-            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
-        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
-            mb = base_mb * b
-            lr = lr * math.sqrt(b)
+    check(args.base_num_envs >= 0, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    check(args.minibatch_multiplier >= 1, f"--minibatch-multiplier must be >= 1 (got {args.minibatch_multiplier})")
+    # a flag counts as given when it differs from the script's default (one repeated at its default is harmless)
+    given = {name for name in ("num_minibatches", "minibatch_multiplier", "base_num_envs")
+             if getattr(args, name) != default_of(args, name)}
+    check(not (mb > 0 and "num_minibatches" in given), f"--minibatch-size {mb} and --num-minibatches {m} both set the "
+          "minibatches; pass only one of them")
+    check(args.lr_scaling == "none" or recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot "
+          f"be combined with --scaling-recipe {recipe}, which already scales the lr; pass only one of them")
+    check(recipe == "hybrid" or "minibatch_multiplier" not in given, f"--minibatch-multiplier "
+          f"{args.minibatch_multiplier} applies only to --scaling-recipe hybrid (got {recipe}); drop it or use hybrid")
+    check(recipe != "none" or args.lr_scaling != "none" or "base_num_envs" not in given, f"--base-num-envs "
+          f"{args.base_num_envs} is read only by --scaling-recipe and --lr-scaling; drop it or pass one of them")
+
+
+def check_scaling(args, scaling: dict) -> None:
+    """What resolve_scaling gave: whole minibatches that divide the batch, and at least one batch to run. Without
+    a recipe the messages speak of the user's own batch N x T, with one of the base batch B x T."""
+    n, t, m, recipe = args.num_envs, args.num_steps, args.num_minibatches, args.scaling_recipe
+    batch, mb, s = scaling["batch_size"], scaling["minibatch_size"], scaling["scale"]
+    base_envs, base_mb = scaling["base_num_envs"], scaling["base_minibatch_size"]
+    base_batch = base_envs * t
+    if recipe == "none":
+        check(args.minibatch_size > 0 or batch % m == 0, f"--num-minibatches {m} does not divide the batch "
+              f"{n}x{t}={batch}; choose a divisor or pass --minibatch-size")
+    elif args.minibatch_size > 0:
+        check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+              f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+    else:
+        check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+              f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+    check(recipe not in ("larger-minibatches", "sqrt-lr") or float(base_mb * s).is_integer(),
+          f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
     check(mb >= 1 and batch % mb == 0,
           f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
           "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
-    num_mb = batch // mb
-    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
-        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
-              f"--scaling-recipe {recipe}, which already scales the lr")
-        ratio = mb / reference_mb
-        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
     check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
           f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
-    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
-            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
 
 
 def describe_scaling(scaling: dict, args) -> str:
@@ -1360,6 +1418,11 @@ def check_writable_dir(path: str, flag: str) -> None:
         raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
 
 
+def announce_run(run_dir: str) -> None:
+    """At start, not only at the end: where the run writes, and the command that shows its curves while it trains."""
+    print(f"run directory: {run_dir}\nwatch it train: tensorboard --logdir {os.path.dirname(run_dir) or '.'}", flush=True)
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -1396,10 +1459,7 @@ class RunLogger:
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
 
     def _truncate_after(self, iteration: int) -> None:
@@ -1438,6 +1498,9 @@ class RunLogger:
         return f"{name} {self.last_headline:.2f}"
 
     def progress(self, step: int, sps: float) -> None:
+        if self.mode == "bar" and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
             self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)
@@ -1659,6 +1722,24 @@ def check_watched_activations(agent, script: str) -> None:
                      f"Agent.watched_activations() (docs/{script}.md, Changing the network), or pass --diagnostics-every 0")
 
 
+def check_network_outputs(network, obs, expected: dict, script: str) -> None:
+    """One forward pass on a blank batch at start, in eval mode and without gradients (no statistics, no random
+    draws): a network that breaks the contract (docs/<script>.md, Changing the network) is named here in one line,
+    not by a shape error deep in the rollout. expected: {output name: [the shapes it may have]}."""
+    training = network.training
+    network.eval()
+    with torch.no_grad():
+        outputs = network(obs)
+    network.train(training)
+    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    call, fix = f"{type(network).__name__}(obs {list(obs.shape)})", f"see docs/{script}.md, Changing the network"
+    check(len(outputs) == len(expected), f"{call} returned {len(outputs)} outputs, not the contract's "
+          f"{len(expected)} ({', '.join(expected)}); {fix}")
+    for output, (name, shapes) in zip(outputs, expected.items()):
+        shape = list(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+        check(shape in shapes, f"{call} returned {name} of shape {shape}, not {' or '.join(map(str, shapes))}; {fix}")
+
+
 def record_activations(agent, obs_chunks) -> dict:
     """{prefix: (features [S, D], [per watched output, mean |h| of each unit per state [S, units]])}: the last
     watched output of each trunk (flattened) and all dormant_fractions needs (dim 1 is the unit, e.g. a conv
@@ -1746,6 +1827,11 @@ def maybe_compile(fn, enabled: bool):
             active[0] = fn
             return fn(*args, **kwargs)
     return call
+
+
+def compile_note(enabled: bool) -> str:
+    """What the first update says while torch.compile builds it; inductor keeps what it built in a disk cache."""
+    return "compiling it first: slow on the first run only, cached on disk after" if enabled else ""
 # <<< shared:torch-compile
 
 

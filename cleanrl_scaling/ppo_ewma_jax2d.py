@@ -152,11 +152,42 @@ class Args(ScalingArgs, RunArgs):
     keep_checkpoints: tuple[int, ...] = ()
     """also keep the state at these iterations as checkpoints/iteration_<N>.ckpt (Fig. 3a reloads Fig. 5a's runs at U/2)"""
 
-    # to be filled in runtime
-    batch_size: int = 0
+    # computed at start from the flags above, so not flags themselves (hidden from --help)
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
+
+
+# >>> shared:recipe
+def resolve_scaling(args) -> dict:
+    """The scaling recipes (B26 §5, App. D; M25 §5.3; docs/scaling.md) on flags that check_scaling_flags passed:
+    batch, minibatch size and count, and lr at N = --num-envs from the base configuration at B = --base-num-envs."""
+    n, t, recipe = args.num_envs, args.num_steps, args.scaling_recipe
+    base_envs = args.base_num_envs or default_of(args, "num_envs")
+    s, batch, lr = n / base_envs, n * t, args.learning_rate
+    # --lr-scaling's reference: the script's defaults at B envs, whatever else the user changed (M25 Fig. 11)
+    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
+    if recipe == "none":  # only the user's own batch matters
+        base_mb, mb = reference_mb, args.minibatch_size or batch // args.num_minibatches
+    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
+        base_mb = args.minibatch_size or base_envs * t // args.num_minibatches
+        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
+            mb = base_mb
+        elif recipe == "hybrid":  # B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
+            mb, lr = base_mb * args.minibatch_multiplier, lr * math.sqrt(args.minibatch_multiplier)
+        else:  # larger-minibatches, sqrt-lr: keep the number of steps (B26 Fig. 9)
+            mb = int(base_mb * s)
+            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
+    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the reference
+        lr = lr * (math.sqrt(mb / reference_mb) if args.lr_scaling == "sqrt" else mb / reference_mb)
+    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": batch // mb if mb >= 1 else 0,
+            "learning_rate": lr, "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
+
+
+def default_of(args, name: str):
+    return next(f.default for f in dataclasses.fields(args) if f.name == name)
+# <<< shared:recipe
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -749,7 +780,9 @@ def validate(args) -> dict:
     check(args.diagnostics_every >= 0, f"--diagnostics-every must be >= 0 (got {args.diagnostics_every})")
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(not args.capture_video, "--capture-video is not supported by this script; drop the flag")
+    check_scaling_flags(args)
     scaling = resolve_scaling(args)
+    check_scaling(args, scaling)
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
     return scaling
@@ -789,7 +822,7 @@ def load_start(args, signature: dict, scaling: dict):
 def read_args() -> tuple:
     """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
     (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=help_description(__doc__))
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
@@ -888,7 +921,9 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int):
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
               "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
-    return RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if args.resume else 0)
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if args.resume else 0)
+    announce_run(logger.run_dir)
+    return logger
 
 
 def save_run_checkpoint(run_dir: str, args, signature: dict, iteration: int, wall_time: float, runner: RunnerState,
@@ -979,13 +1014,12 @@ def main():
           + f", eval_attempts={args.eval_attempts}, devices={jax.device_count()}")
 
     # Tasks, agent and the jitted pieces; the hyperparameters a sweep changes are traced values
-    t0 = time.time()
-    train = make_train(args)
-    hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
-                  ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
-    runner = initial_runner(train, args, ckpt)
-    probe = train.empty_probe(runner.train.params)
-    print(f"{args.num_tasks} tasks and the agent built in {time.time() - t0:.1f}s")
+    with Phase(f"building {args.num_tasks} tasks and the agent"):
+        train = make_train(args)
+        hyper = Hyper(clip_coef=jnp.float32(args.clip_coef), ewma_com=jnp.float32(args.ewma_com),
+                      ent_coef=jnp.float32(args.ent_coef), vf_coef=jnp.float32(args.vf_coef))
+        runner = initial_runner(train, args, ckpt)
+        probe = train.empty_probe(runner.train.params)
     start_iteration = ckpt["iteration"] if ckpt else 0
     logger = open_run(args, scaling, ckpt, start_iteration)
     stop = StopFlag()
@@ -998,8 +1032,11 @@ def main():
         end = next_stop(iteration, args)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        runner, probe, stats, episodes = train.train_chunk(hyper, train.tasks, runner, probe, n, n - 1 if diag_at else -1)
-        stats, episodes = jax.device_get((stats, episodes))
+        with Phase(f"first {n} updates of {args.batch_size:,} steps", "compiling them first: slow on the first run only, "
+                   f"cached in {os.environ['JAX_COMPILATION_CACHE_DIR']} after", show=iteration == start_iteration):
+            runner, probe, stats, episodes = train.train_chunk(hyper, train.tasks, runner, probe, n,
+                                                               n - 1 if diag_at else -1)
+            stats, episodes = jax.device_get((stats, episodes))
         bad = first_bad_update(stats, runner, n)
         sps = clock.tick(n)
 
@@ -1064,70 +1101,90 @@ def check_finite_floats(args) -> None:
 # <<< shared:errors
 
 
+# >>> shared:help
+PAPERS = """The papers the flags cite:
+- B26 = Beukman et al. 2026, Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments, https://arxiv.org/abs/2603.06009
+- M25 = Mayor et al. 2025, The Impact of On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks (ICML 2025), https://arxiv.org/abs/2506.03404
+- H25 = Honari et al. 2025, Training PPO-Clip with Parallelized Data Generation: A Case of Fixed-Point Convergence (RLC 2025 workshop), https://openreview.net/forum?id=R9AudTtTIH"""
+
+
+def help_description(doc: str) -> str:
+    """The text --help prints above the flags: the script's docstring, each paragraph on one line (tyro would break
+    one before a line that starts with "(" or "§"), then the papers B26, M25 and H25 by name."""
+    paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in doc.strip().split("\n\n")]
+    return "\n\n".join(paragraphs + [PAPERS])
+# <<< shared:help
+
+
+# >>> shared:phase
+class Phase:
+    """One line when a slow phase starts (cold caches, compiling: minutes on a first run on a CPU) and one with its
+    time when it ends, so that a run says what it is doing while it does it; show=False says nothing."""
+
+    def __init__(self, what: str, note: str = "", show: bool = True):
+        self.what, self.note, self.show = what, note, show
+
+    def __enter__(self):
+        self.t0 = time.time()
+        if self.show:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.show and exc[0] is None:
+            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+# <<< shared:phase
+
+
 # >>> shared:scaling
-def default_of(args, name: str):
-    return next(f.default for f in dataclasses.fields(args) if f.name == name)
-
-
-def resolve_scaling(args) -> dict:
-    """SPEC §3: batch size, minibatches and lr from --num-envs, the recipe and the base configuration."""
-    n, t, m = args.num_envs, args.num_steps, args.num_minibatches
+def check_scaling_flags(args) -> None:
+    """The scaling flags before resolve_scaling: each in its range, then the pairs that contradict each other, so
+    that a conflict is named as one and not reported as a batch that does not divide (docs/scaling.md)."""
+    n, t, m, mb, recipe = args.num_envs, args.num_steps, args.num_minibatches, args.minibatch_size, args.scaling_recipe
     check(n >= 1, f"--num-envs must be >= 1 (got {n})")
     check(t >= 1, f"--num-steps must be >= 1 (got {t})")
     check(m >= 1, f"--num-minibatches must be >= 1 (got {m})")
-    check(args.minibatch_size >= 0, f"--minibatch-size must be >= 0 (got {args.minibatch_size})")
+    check(mb >= 0, f"--minibatch-size must be >= 0 (got {mb})")
     check(math.isfinite(args.learning_rate) and args.learning_rate > 0,
           f"--learning-rate must be a finite number > 0 (got {args.learning_rate})")
-    base_envs = args.base_num_envs or default_of(args, "num_envs")
-    check(base_envs >= 1, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
-    batch = n * t
-    # --lr-scaling's reference: the script's defaults at --base-num-envs, whatever else the user changed (SPEC §3)
-    reference_mb = base_envs * default_of(args, "num_steps") / default_of(args, "num_minibatches")
-    s = n / base_envs
-    lr = args.learning_rate
-    recipe = args.scaling_recipe
-    if recipe == "none":  # only the user's own batch matters
-        if args.minibatch_size > 0:
-            mb = args.minibatch_size
-        else:
-            check(batch % m == 0, f"--num-minibatches {m} does not divide the batch {n}x{t}={batch}; "
-                  "choose a divisor or pass --minibatch-size")
-            mb = batch // m
-        base_mb = reference_mb
-    else:  # the minibatch flags describe the base configuration (B envs x T steps), which the recipe scales by s
-        base_batch = base_envs * t
-        if args.minibatch_size > 0:
-            base_mb = args.minibatch_size
-            check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
-                  f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
-        else:
-            check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
-                  f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
-            base_mb = base_batch // m
-        b = args.minibatch_multiplier if recipe == "hybrid" else 1
-        check(b >= 1, f"--minibatch-multiplier must be >= 1 (got {b})")
-        if recipe == "more-minibatches":  # B26 §5: keep the minibatch size, take more steps
-            mb = base_mb
-        elif recipe in ("larger-minibatches", "sqrt-lr"):  # keep the number of steps
-            check(float(base_mb * s).is_integer(), f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
-            mb = int(base_mb * s)
-            lr = lr * math.sqrt(s) if recipe == "sqrt-lr" else lr
-        else:  # hybrid, B26 App. D: minibatch x b, minibatches x s/b, lr x sqrt(b)
-            mb = base_mb * b
-            lr = lr * math.sqrt(b)
+    check(args.base_num_envs >= 0, f"--base-num-envs must be >= 1 (got {args.base_num_envs})")
+    check(args.minibatch_multiplier >= 1, f"--minibatch-multiplier must be >= 1 (got {args.minibatch_multiplier})")
+    # a flag counts as given when it differs from the script's default (one repeated at its default is harmless)
+    given = {name for name in ("num_minibatches", "minibatch_multiplier", "base_num_envs")
+             if getattr(args, name) != default_of(args, name)}
+    check(not (mb > 0 and "num_minibatches" in given), f"--minibatch-size {mb} and --num-minibatches {m} both set the "
+          "minibatches; pass only one of them")
+    check(args.lr_scaling == "none" or recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot "
+          f"be combined with --scaling-recipe {recipe}, which already scales the lr; pass only one of them")
+    check(recipe == "hybrid" or "minibatch_multiplier" not in given, f"--minibatch-multiplier "
+          f"{args.minibatch_multiplier} applies only to --scaling-recipe hybrid (got {recipe}); drop it or use hybrid")
+    check(recipe != "none" or args.lr_scaling != "none" or "base_num_envs" not in given, f"--base-num-envs "
+          f"{args.base_num_envs} is read only by --scaling-recipe and --lr-scaling; drop it or pass one of them")
+
+
+def check_scaling(args, scaling: dict) -> None:
+    """What resolve_scaling gave: whole minibatches that divide the batch, and at least one batch to run. Without
+    a recipe the messages speak of the user's own batch N x T, with one of the base batch B x T."""
+    n, t, m, recipe = args.num_envs, args.num_steps, args.num_minibatches, args.scaling_recipe
+    batch, mb, s = scaling["batch_size"], scaling["minibatch_size"], scaling["scale"]
+    base_envs, base_mb = scaling["base_num_envs"], scaling["base_minibatch_size"]
+    base_batch = base_envs * t
+    if recipe == "none":
+        check(args.minibatch_size > 0 or batch % m == 0, f"--num-minibatches {m} does not divide the batch "
+              f"{n}x{t}={batch}; choose a divisor or pass --minibatch-size")
+    elif args.minibatch_size > 0:
+        check(base_batch % base_mb == 0, f"--minibatch-size {base_mb} does not divide the base batch "
+              f"{base_envs}x{t}={base_batch} of --scaling-recipe {recipe}")
+    else:
+        check(base_batch % m == 0, f"--num-minibatches {m} does not divide the base batch {base_envs}x{t}="
+              f"{base_batch} of --scaling-recipe {recipe}; choose a divisor or pass --minibatch-size")
+    check(recipe not in ("larger-minibatches", "sqrt-lr") or float(base_mb * s).is_integer(),
+          f"--num-envs {n}: base minibatch {base_mb} x s={s:g} is not an integer")
     check(mb >= 1 and batch % mb == 0,
           f"minibatch size {mb} does not divide the batch {n}x{t}={batch}; adjust --num-envs, --num-steps, "
           "--minibatch-size" + (" or the recipe's --base-num-envs" if recipe != "none" else ""))
-    num_mb = batch // mb
-    if args.lr_scaling != "none":  # M25 Fig. 11: lr follows the minibatch size relative to the base configuration
-        check(recipe not in ("sqrt-lr", "hybrid"), f"--lr-scaling {args.lr_scaling} cannot be combined with "
-              f"--scaling-recipe {recipe}, which already scales the lr")
-        ratio = mb / reference_mb
-        lr = lr * (math.sqrt(ratio) if args.lr_scaling == "sqrt" else ratio)
     check(args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is less than one batch of "
           f"{n}x{t}={batch} steps; raise it, or lower --num-envs or --num-steps")
-    return {"batch_size": batch, "minibatch_size": mb, "num_minibatches": num_mb, "learning_rate": lr,
-            "scale": s, "base_num_envs": base_envs, "base_minibatch_size": base_mb}
 
 
 def describe_scaling(scaling: dict, args) -> str:
@@ -1203,6 +1260,11 @@ def check_writable_dir(path: str, flag: str) -> None:
         raise UsageError(f"{flag}: cannot write to {path} ({e.strerror or e}); pass a directory you can write to")
 
 
+def announce_run(run_dir: str) -> None:
+    """At start, not only at the end: where the run writes, and the command that shows its curves while it trains."""
+    print(f"run directory: {run_dir}\nwatch it train: tensorboard --logdir {os.path.dirname(run_dir) or '.'}", flush=True)
+
+
 def claim_run_dir(path: str) -> str:
     """A new run directory, even when two runs with the same name start in the same second (suffix -2, -3…)."""
     candidate, k = path, 1
@@ -1239,10 +1301,7 @@ class RunLogger:
         mode = args.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
-        self.bar = None
-        if mode == "bar":
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
+        self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
 
     def _truncate_after(self, iteration: int) -> None:
@@ -1281,6 +1340,9 @@ class RunLogger:
         return f"{name} {self.last_headline:.2f}"
 
     def progress(self, step: int, sps: float) -> None:
+        if self.mode == "bar" and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, smoothing=0.1)
         if self.bar is not None:
             self.bar.n = min(step, self.total_steps)
             self.bar.set_postfix_str(f"SPS {sps:.0f}, {self.headline_text()}", refresh=False)

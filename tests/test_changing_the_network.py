@@ -121,3 +121,31 @@ def test_a_network_with_nothing_to_watch_is_refused_at_start(script, tmp_path, m
     assert len(lines) == 1 and lines[0].startswith("error: the diagnostics found no activation module")
     assert f"docs/{script}.md" in lines[0] and "--diagnostics-every 0" in lines[0]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # before any run directory
+
+
+def with_a_wrong_shape(cls, script):
+    """The script's own network, except that one output has a trailing axis: value [B, 1] (the critic's Linear(., 1)
+    without squeeze), or for PQN q-values [B, A, 1]."""
+    class WrongShape(cls):
+        def forward(self, obs):
+            outputs = super().forward(obs)
+            if script == "pqn_atari":
+                return outputs[..., None]
+            return (*outputs[:-1], outputs[-1][:, None])
+    return WrongShape
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_a_network_whose_output_breaks_the_contract_is_named_at_start(script, tmp_path, monkeypatch):
+    """Such a network used to fail deep in collect_rollout (expand(torch.FloatTensor{[8, 1]}, size=[8]))."""
+    m = importlib.import_module(f"cleanrl_scaling.{script}")
+    cls = SCRIPTS[script][0]
+    monkeypatch.setattr(m, cls, with_a_wrong_shape(getattr(m, cls), script))
+    code, stdout, stderr = main_inprocess(m, SCRIPTS[script][1] + COMMON, tmp_path)
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    wrong = r"q_values of shape \[2, (\d+), 1\], not \[2, \1\]" if script == "pqn_atari" else \
+        r"value of shape \[2, 1\], not \[2\];"
+    assert line.startswith("error: WrongShape(obs [2, ") and re.search(wrong, line), line
+    assert f"docs/{script}.md, Changing the network" in line and "Traceback" not in stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # before any run directory

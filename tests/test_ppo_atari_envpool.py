@@ -561,6 +561,15 @@ def resolve(**kw):
     return m.resolve_scaling(args)
 
 
+def resolve_checked(**kw):
+    """What validate does with the scaling flags: the flags and their conflicts, the recipe, then its result."""
+    args = m.Args(**kw)
+    m.check_scaling_flags(args)
+    scaling = m.resolve_scaling(args)
+    m.check_scaling(args, scaling)
+    return scaling
+
+
 @pytest.mark.parametrize("kw, mb, nmb, lr", [
     (dict(), 256, 4, 2.5e-4),
     (dict(minibatch_size=128), 128, 8, 2.5e-4),
@@ -582,7 +591,7 @@ def resolve(**kw):
     (dict(learning_rate=1e-3, minibatch_size=64, lr_scaling="linear"), 64, 16, 1e-3 / 4),
 ])
 def test_recipe_arithmetic(kw, mb, nmb, lr):
-    r = resolve(**kw)
+    r = resolve_checked(**kw)
     assert (r["minibatch_size"], r["num_minibatches"]) == (mb, nmb)
     assert r["learning_rate"] == pytest.approx(lr)
     assert r["minibatch_size"] * r["num_minibatches"] == r["batch_size"]
@@ -591,11 +600,11 @@ def test_recipe_arithmetic(kw, mb, nmb, lr):
 def test_batch_messages_speak_of_the_users_batch():
     """Without a recipe, a non-dividing --num-minibatches is reported against the user's own N x T."""
     with pytest.raises(m.UsageError, match=r"--num-minibatches 3 does not divide the batch 8x16=128") as err:
-        resolve(num_envs=8, num_steps=16, num_minibatches=3)
+        resolve_checked(num_envs=8, num_steps=16, num_minibatches=3)
     assert "base" not in str(err.value)
     # under a recipe the base configuration is what the flag describes, and the message says so
     with pytest.raises(m.UsageError, match=r"base batch 8x15=120 of --scaling-recipe more-minibatches"):
-        resolve(num_envs=16, num_steps=15, num_minibatches=7, scaling_recipe="more-minibatches")
+        resolve_checked(num_envs=16, num_steps=15, num_minibatches=7, scaling_recipe="more-minibatches")
 
 
 def test_resolved_line_shows_the_base_only_where_it_is_used():
@@ -610,7 +619,43 @@ def test_resolved_line_shows_the_base_only_where_it_is_used():
 
 def test_total_timesteps_message_names_the_batch_it_compares_with():
     with pytest.raises(m.UsageError, match=r"--total-timesteps 1000 is less than one batch of 8x128=1024 steps"):
-        resolve(total_timesteps=1000)
+        resolve_checked(total_timesteps=1000)
+
+
+@pytest.mark.parametrize("kw, first, second", [
+    # ran with 16 minibatches of 64 and no word about --num-minibatches 8
+    (dict(minibatch_size=64, num_minibatches=8), "--minibatch-size 64", "--num-minibatches 8"),
+    # at the default N was reported as "minibatch size 4096 does not divide the batch"
+    (dict(scaling_recipe="hybrid", lr_scaling="sqrt"), "--lr-scaling sqrt", "--scaling-recipe hybrid"),
+    (dict(num_envs=64, scaling_recipe="sqrt-lr", lr_scaling="linear"), "--lr-scaling linear", "--scaling-recipe sqrt-lr"),
+    # ignored without a word: the multiplier outside hybrid, the base where nothing reads it
+    (dict(num_envs=64, scaling_recipe="more-minibatches", minibatch_multiplier=4), "--minibatch-multiplier 4",
+     "--scaling-recipe hybrid"),
+    (dict(num_envs=64, base_num_envs=16), "--base-num-envs 16", "--scaling-recipe"),
+])
+def test_conflicting_scaling_flags_are_refused_naming_both(kw, first, second):
+    with pytest.raises(m.UsageError) as err:
+        resolve_checked(**kw)
+    message = str(err.value)
+    assert first in message and second in message and "divide" not in message
+
+
+def test_a_conflict_is_named_before_the_batch_arithmetic():
+    """A conflict that also leaves a batch that does not divide is reported as the conflict."""
+    kw = dict(num_envs=3, num_steps=16, minibatch_size=512, num_minibatches=1)
+    with pytest.raises(m.UsageError, match="minibatch size 512 does not divide"):
+        m.check_scaling(m.Args(**kw), resolve(**kw))  # what the recipe's result alone says
+    with pytest.raises(m.UsageError, match="--minibatch-size 512 and --num-minibatches 1"):
+        resolve_checked(**kw)
+
+
+def test_the_recipe_is_pure_arithmetic():
+    """resolve_scaling only computes: on flags whose batch does not divide it returns, and check_scaling refuses."""
+    args = m.Args(num_envs=6, num_steps=3)
+    scaling = m.resolve_scaling(args)
+    assert scaling["batch_size"] == 18 and scaling == m.resolve_scaling(args)
+    with pytest.raises(m.UsageError, match="--num-minibatches 4 does not divide the batch 6x3=18"):
+        m.check_scaling(args, scaling)
 
 
 @pytest.mark.parametrize("kw, flag", [
@@ -696,6 +741,17 @@ def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
     assert "no episode finished yet" in shown and "nan" not in shown
 
 
+def test_the_bar_starts_after_the_start_up_lines(tmp_path, capsys):
+    """A bar drawn as the run directory opened had the start-up lines print through it."""
+    logger = m.RunLogger(str(tmp_path / "bar"), {}, m.Args(progress="bar"), total_steps=100)
+    m.announce_run(logger.run_dir)
+    shown = capsys.readouterr()
+    assert shown.err == "" and "tensorboard --logdir" in shown.out
+    logger.progress(16, 1000.0)
+    assert "16/100" in capsys.readouterr().err
+    logger.close({"status": "finished"})
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 BAD_INPUTS = [
     (["--env-id", "NotAGame-v5"], "--env-id"),
@@ -704,6 +760,8 @@ BAD_INPUTS = [
     (["--minibatch-size", "100"], "minibatch size"),
     (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "--num-envs"),
     (["--scaling-recipe", "sqrt-lr", "--lr-scaling", "sqrt"], "--lr-scaling"),
+    (["--scaling-recipe", "hybrid", "--lr-scaling", "sqrt"], "--scaling-recipe hybrid"),  # not "does not divide"
+    (["--minibatch-size", "64", "--num-minibatches", "8"], "--num-minibatches 8"),  # ran with 16 minibatches
     (["--total-timesteps", "10"], "--total-timesteps"),
     (["--diagnostics-every", "-1"], "--diagnostics-every"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),

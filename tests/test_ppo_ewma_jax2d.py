@@ -8,8 +8,10 @@ Compile time is what this file spends (a Kinetix env step is a large XLA program
   for the evaluation program, which runs longer than it compiles (see shared_make_train);
 - runs happen in this process where no process boundary is needed (only the 4-device run and one bad-input check
   start a new interpreter), and they share one make_train (see shared_make_train)."""
+import contextlib
 import dataclasses
 import glob
+import io
 import json
 import math
 import os
@@ -297,8 +299,10 @@ def runs(tmp_path_factory):
             ("attempts", tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2, eval_attempts=4)),
         ]:
             runs_dir = str(base / name)
-            assert run_main(argv + ["--runs-dir", runs_dir]) == 0
-            out[name] = run_dir_of(runs_dir)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                assert run_main(argv + ["--runs-dir", runs_dir]) == 0
+            out[name], out[f"{name}_stdout"] = run_dir_of(runs_dir), printed.getvalue()
         ckpt = os.path.join(out["half"], "checkpoints", "latest.ckpt")
         runs_dir = str(base / "reload")  # before the resume below, which overwrites this checkpoint
         # iterations 3-4: one chunk of 2 updates, the program every other run uses (3 would compile a 1-update chunk)
@@ -311,6 +315,17 @@ def runs(tmp_path_factory):
         if four.poll() is None:  # the 4-device test did not run (deselected) or failed before waiting
             four.kill()
             four.wait()
+
+
+def test_a_run_says_where_it_writes_and_what_it_does_before_the_first_update(runs):
+    """A first run sat silent through the task generation and the compile; now each phase is named as it starts."""
+    lines = runs["nodiag_stdout"].splitlines()
+    at = {key: next(i for i, line in enumerate(lines) if key in line) for key in
+          ["building 8 tasks and the agent", "run directory: ", "tensorboard --logdir", "first 2 updates of 128 steps"]}
+    assert lines[at["run directory: "]] == f"run directory: {runs['nodiag']}"
+    assert lines[at["tensorboard --logdir"]] == f"watch it train: tensorboard --logdir {os.path.dirname(runs['nodiag'])}"
+    assert list(at.values()) == sorted(at.values())
+    assert sum("updates of 128 steps" in line for line in lines) == 2  # the first chunk starts and ends; not the second
 
 
 def test_smoke_run_directory(runs):

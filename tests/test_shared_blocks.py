@@ -43,8 +43,11 @@ def test_layout_flags_a_shared_block_above_the_marked_line(tmp_path):
     args = block.format("run-args", "run_args")
     good = args + "def main():\n    pass\n" + shared_blocks.MARK + "\n" + block.format("errors", "check") + "main()\n"
     bad = args + block.format("errors", "check") + shared_blocks.MARK + "\n" + block.format("rundir", "claim") + "main()\n"
+    # the scaling recipe is read beside Args, above the line, like the flag groups
+    recipe = args + block.format("recipe", "resolve_scaling") + shared_blocks.MARK + "\n" + block.format("errors", "check")
     (tmp_path / "good.py").write_text(good)
     (tmp_path / "bad.py").write_text(bad)
+    (tmp_path / "recipe.py").write_text(recipe)
     (tmp_path / "old.py").write_text(block.format("errors", "check") + "main()\n")
     (tmp_path / "twice.py").write_text(shared_blocks.MARK + "\n" + shared_blocks.MARK + "\n")
     assert shared_blocks.layout(str(tmp_path)) == ([("bad.py", "errors")], ["old.py", "twice.py"])
