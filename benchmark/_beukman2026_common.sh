@@ -1,42 +1,17 @@
 # Sourced by the B26 benchmark/beukman2026_fig*.sh scripts (Jax2D: ppo_ewma_jax2d.py; SFL on Kinetix:
-# sfl_kinetix_jax.py): the launcher call and the aggregation call they share. A figure script = its grid
-# (launch ...) + the figure (aggregate ...). A figure script may set SCRIPT (the training script, default
-# ppo_ewma_jax2d.py) before sourcing this file.
-# Environment: RUNS_DIR, OUT_DIR (runs/figures), WORKERS (1), CORES (all: the cores the workers share, the first
-# CORES usable ones), SEEDS ("1 2 3 4 5"), PYTHON (python),
-# FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND (auto: the band of
-# the figures that use it; minmax, std, none), DRY_RUN=1 prints the commands and draws nothing, SLURM=1 submits a
-# Slurm array and draws nothing, with the knobs of _slurm_common.sh (SLURM_PARTITION, SLURM_GPUS_PER_RUN, SLURM_CPUS,
-# SLURM_TIME, SLURM_MEM, SLURM_GRACE, MAX_PARALLEL, SLURM_EXTRA, SLURM_TEMPLATE; docs/cluster.md); DRAW_ONLY=1 draws
-# from the runs that exist and launches nothing (the redraw once the array has finished). Runs checkpoint every
-# CHECKPOINT_EVERY (64) updates. SFL's 65536 and 1m presets run on SFL_NODES_65536 (2) and SFL_NODES_1M (32) nodes with
-# SFL_GPUS_PER_NODE (4) GPUs each, one --distributed process per node using all of them (launch_presets; B26 App. D:
-# 8192 envs per GPU); SLURM_GPUS_PER_RUN is the GPUs of the single-node runs.
-# SCALE=paper (default) runs the paper's grid; SCALE=laptop a reduced one, only where the figure script defines it
-# (LAPTOP_GRID=1 and its laptop defaults before sourcing this file; its header says what it runs and how long).
-# Finished runs are kept and reused (--skip-finished: a grid point counts as done only when a run started with exactly
-# its flags finished); RESUME=1 continues a run that stopped before finishing from its checkpoint (never while another
-# launcher runs the same RUNS_DIR); rm -rf "$RUNS_DIR" to start afresh. Rerunning a finished script only redraws its figure.
-set -euo pipefail
-SCALE=${SCALE:-paper}
-[[ "$SCALE" == paper || ( "$SCALE" == laptop && -n "${LAPTOP_GRID:-}" ) ]] || {
-  echo "error: SCALE=$SCALE: this figure runs SCALE=paper$([[ -n "${LAPTOP_GRID:-}" ]] && echo " or laptop") only" >&2; exit 2; }
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source benchmark/_slurm_common.sh
-OUT_DIR=${OUT_DIR:-runs/figures}
-WORKERS=${WORKERS:-1}
-PYTHON=${PYTHON:-python}
-read -r -a SEEDS <<< "${SEEDS:-1 2 3 4 5}"
-read -r -a FLAGS <<< "${FLAGS:-}"
+# sfl_kinetix_jax.py): B26's defaults on top of the preamble every figure script shares (_figure_common.sh: SCALE,
+# RUNS_DIR, OUT_DIR, WORKERS, CORES, SEEDS, PYTHON, DRY_RUN, SLURM and its knobs, DRAW_ONLY, RESUME), then the
+# launcher call and the aggregation call B26's figures share. A figure script may set SCRIPT (the training script,
+# default ppo_ewma_jax2d.py) before sourcing this file.
+# Environment, B26's own: FLAGS (extra flags for every run, e.g. FLAGS="--num-envs 256 --num-tasks 64" on a CPU), BAND
+# (auto: the band of the figures that use it; minmax, std, none). Runs checkpoint every CHECKPOINT_EVERY (64) updates.
+# SFL's 65536 and 1m presets run on SFL_NODES_65536 (2) and SFL_NODES_1M (32) nodes with SFL_GPUS_PER_NODE (4) GPUs
+# each, one --distributed process per node using all of them (launch_presets; B26 App. D: 8192 envs per GPU);
+# SLURM_GPUS_PER_RUN is the GPUs of the single-node runs.
 SCRIPT=${SCRIPT:-cleanrl_scaling/ppo_ewma_jax2d.py}
-EXTRA=(); [[ -n "${DRY_RUN:-}" ]] && EXTRA=(--dry-run)
-EXTRA+=("${SLURM_ARGS[@]}")
-[[ -n "${CORES:-}" ]] && EXTRA+=(--cores "$CORES")  # e.g. CORES=1: one pinned core, the other left to other work
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-64}
-slurm_count CHECKPOINT_EVERY "$CHECKPOINT_EVERY"
-[[ -n "${RESUME:-}" ]] && EXTRA+=(--resume-unfinished)  # a run stopped before finishing continues from its checkpoint
-
-die() { echo "error: $*" >&2; exit 2; }  # a user mistake: one line, exit code 2, before anything runs
+source "$(dirname "${BASH_SOURCE[0]}")/_figure_common.sh"
+read -r -a FLAGS <<< "${FLAGS:-}"
 
 # the band of the curve figures that pass --band "$BAND": auto = a 95% Student-t CI from 5 seeds (the paper's), the
 # seeds' range below 5 (docs/pipeline.md#bands)
@@ -85,10 +60,7 @@ raise $name to at least $((n * steps)) or use fewer envs"
 
 launch() {  # launch [launcher options] -- [flags for every run]
   [[ " $* " == *" -- "* ]] || die "launch: internal error, no '--' before the run flags"
-  [[ -n "${DRAW_ONLY:-}" ]] && return 0
-  "$PYTHON" -m cleanrl_scaling.utils.launcher "$SCRIPT" --runs-dir "$RUNS_DIR" \
-    --workers "$WORKERS" --skip-finished --seeds "${SEEDS[@]}" "${EXTRA[@]}" "$@" "${FLAGS[@]}" \
-    --checkpoint-every "$CHECKPOINT_EVERY"
+  launch_grid "$@" "${FLAGS[@]}"
 }
 
 SFL_NODES_65536=${SFL_NODES_65536:-2}

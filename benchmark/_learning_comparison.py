@@ -18,6 +18,9 @@ from typing import Callable
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _throughput_common import refuse  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -199,11 +202,6 @@ def parser(description: str, out: str, env_id: str) -> argparse.ArgumentParser:
     p.add_argument("--cleanrl-seeds", type=int, nargs="*", default=[1])
     p.add_argument("--summary-only", action="store_true", help="print the table from the runs in --out; run nothing")
     return p
-
-
-def refuse(message):
-    print(f"error: {message}", file=sys.stderr)  # one line, exit 2, before any run starts
-    sys.exit(2)
 
 
 def check_common(cmp: Comparison, args, checkout_file: str):

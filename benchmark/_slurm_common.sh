@@ -1,5 +1,6 @@
-# Sourced by benchmark/_mayor2025_common.sh, _beukman2026_common.sh and _mujoco_recipes_common.sh: the Slurm knobs of
-# every figure script that sources them, and DRAW_ONLY (docs/cluster.md has the resources each figure needs).
+# Sourced by benchmark/_figure_common.sh (the B26 and M25 figure scripts' preamble), _mujoco_recipes_common.sh and
+# the noisy-SGD and H25 figure scripts: the Slurm knobs of every figure script, and DRAW_ONLY (docs/cluster.md has
+# the resources each figure needs).
 #   SLURM=1            submit the grid as a Slurm array (launcher --slurm-template) instead of running it here
 #   SLURM_PARTITION    #SBATCH --partition             SLURM_GPUS_PER_RUN  GPUs per run and node (#SBATCH --gres=gpu:N)
 #   SLURM_CPUS         CPU cores per run (1)            SLURM_TIME   time limit per run (04:00:00; D-HH:MM:SS)

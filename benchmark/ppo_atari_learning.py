@@ -21,7 +21,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _learning_comparison import Comparison, Variant, check_common, parser, refuse, run  # noqa: E402
+from _learning_comparison import Comparison, Variant, check_common, parser, run  # noqa: E402
+from _throughput_common import patched_cleanrl, refuse  # noqa: E402
 
 STEM = "ppo_atari_envpool"
 ARMS = (Variant("ours", STEM),  # default mode: time-limit bootstrapping, masked reset steps, compiled, channels-last
@@ -34,9 +35,8 @@ ARM_NAMES = {"default": STEM, "compat": f"{STEM}_compat", "no-compile": f"{STEM}
 
 
 def cleanrl_command(args, seed):
-    from ppo_atari_throughput import patched_cleanrl  # one place knows CleanRL's envpool 0.x lines
-    return [sys.executable, patched_cleanrl(args.cleanrl, args.out), "--env-id", args.env_id, "--seed", str(seed),
-            "--total-timesteps", str(args.total), "--no-cuda"]
+    return [sys.executable, patched_cleanrl(args.cleanrl, "ppo_atari_envpool.py", args.out), "--env-id", args.env_id,
+            "--seed", str(seed), "--total-timesteps", str(args.total), "--no-cuda"]
 
 
 PPO = Comparison(script=os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py"), stem=STEM,

@@ -18,15 +18,8 @@ rows alike):
 Run it with nothing else on the machine; compare ratios, not absolute numbers.
 """
 import argparse
-import contextlib
-import io
-import json
 import os
-import re
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -34,40 +27,20 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
-sys.path.insert(0, os.path.join(HERE, ".."))
+CLEANRL_SCRIPT = "ppo_atari_envpool.py"  # CleanRL's, in cleanrl/ of its checkout
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+from _throughput_common import (check_cleanrl_checkout, check_repeats, cpu_autocast, int_list,  # noqa: E402
+                                marginal_sps, our_run, refuse, run_cleanrl_atari, time_env, time_forward,
+                                time_update_step)
 from cleanrl_scaling.ppo_atari_envpool import (Agent, Args, Batch, Ranks, make_envs, maybe_compile,  # noqa: E402
                                                minibatch_gradient, ppo_loss, sample_actions)
-
-
-def time_env(num_envs, steps=400):
-    envs = make_envs("Breakout-v5", num_envs, seed=0)
-    envs.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, envs.action_space.n, size=(steps, num_envs)).astype(np.int32)
-    for a in actions[:20]:
-        envs.step(a)
-    start = time.perf_counter()
-    for a in actions:
-        envs.step(a)
-    return (time.perf_counter() - start) / steps  # seconds per vector step
-
-
-def time_forward(agent, num_envs, reps=200):
-    obs = torch.randint(0, 255, (num_envs, 4, 84, 84), dtype=torch.uint8)
-    with torch.no_grad():
-        for _ in range(10):
-            agent(obs)
-        start = time.perf_counter()
-        for _ in range(reps):
-            agent(obs)
-    return (time.perf_counter() - start) / reps
 
 
 def time_serial_loop(agent, num_envs, bf16, steps=256):
     """The least a serial rollout can do: batch-N forward, sampling and an envpool step, nothing stored."""
     envs = make_envs("Breakout-v5", num_envs, seed=0)
     obs, _ = envs.reset()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.no_grad(), cpu_autocast(bf16):
         for i in range(steps + 20):
             if i == 20:
                 start = time.perf_counter()
@@ -96,108 +69,44 @@ def time_env_after(work, num_envs=8, steps=300, gap=0.0015):
     return total / steps
 
 
-def time_update_step(agent, mb_size, bf16, ours, reps=20):
-    """One Adam step on a minibatch, through the script's own minibatch_gradient (chunks included); `ours`:
-    compiled loss and fused Adam as the script runs them, else eager with CleanRL's for-loop Adam."""
-    args = Args()
-    loss_fn = maybe_compile(ppo_loss, ours)
+def adam_step_seconds(agent, mb_size, bf16, ours, reps=20):
+    """One Adam step on a minibatch; `ours`: compiled loss and fused Adam as the script runs them, else eager with
+    CleanRL's for-loop Adam."""
     optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=ours)
     batch = Batch(torch.randint(0, 255, (mb_size, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (mb_size,)),
                   torch.full((mb_size,), -1.386), torch.randn(mb_size), torch.randn(mb_size), torch.randn(mb_size),
                   torch.ones(mb_size))
-    idx = torch.arange(mb_size)
-    def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, Ranks())
-        torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
-        optimizer.step()
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(reps):
-        step()
-    return (time.perf_counter() - start) / reps
+    return time_update_step(agent, optimizer, minibatch_gradient, maybe_compile(ppo_loss, ours), Args(), batch, Ranks(),
+                            bf16, reps)
 
 
 def component_bound(num_envs=8, num_steps=128, minibatches=4, epochs=4, channels_last=True, bf16=False, ours=True):
     agent = Agent(4, channels_last=channels_last)
     if channels_last:
         agent = agent.to(memory_format=torch.channels_last)
-    env_t = time_env(num_envs)
-    fwd_t = time_forward(agent, num_envs)
+    env_t = time_env(make_envs, num_envs, steps=400)
+    fwd_t = time_forward(agent, num_envs, bf16=False, reps=200)
     loop_t = time_serial_loop(agent, num_envs, bf16)
-    upd_t = time_update_step(agent, num_envs * num_steps // minibatches, bf16, ours)
+    upd_t = adam_step_seconds(agent, num_envs * num_steps // minibatches, bf16, ours)
     update = epochs * minibatches * upd_t
     return {"env_sps": num_envs / env_t, "forward_ms": fwd_t * 1e3, "loop_step_ms": loop_t * 1e3,
             "update_step_ms": upd_t * 1e3, "bound_sps": num_envs * num_steps / (num_steps * (env_t + fwd_t) + update),
             "loop_bound_sps": num_envs * num_steps / (num_steps * loop_t + update)}
 
 
-def marginal_sps(times_steps):
-    """SPS between the end of the first iteration and the last one (warm-up excluded)."""
-    (t0, s0), (t1, s1) = times_steps[0], times_steps[-1]
-    return (s1 - s0) / (t1 - t0)
-
-
 def run_ours(extra, iterations, num_envs=8, num_steps=128):
-    with tempfile.TemporaryDirectory() as runs:
-        cmd = [sys.executable, SCRIPT, "--runs-dir", runs, "--progress", "none", "--num-envs", str(num_envs),
-               "--num-steps", str(num_steps), "--total-timesteps", str(iterations * num_envs * num_steps)] + extra
-        out = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
-        peak_mb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr).group(1)) / 1024
-        run_dir = os.path.join(runs, os.listdir(runs)[0])
-        rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-        points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
-        return marginal_sps(points), peak_mb
-
-
-def patched_cleanrl(checkout, directory):
-    """CleanRL's script with only envpool 1.x's reset/step signatures adapted (nothing else changes)."""
-    source = open(os.path.join(checkout, "cleanrl", "ppo_atari_envpool.py")).read()
-    source = source.replace("observations = super().reset(**kwargs)", "observations, _ = super().reset(**kwargs)")
-    source = source.replace("observations, rewards, dones, infos = super().step(action)",
-                            "observations, rewards, term, trunc, infos = super().step(action)\n"
-                            "        dones = np.logical_or(term, trunc)")
-    path = os.path.join(directory, "cleanrl_ppo_atari_envpool.py")
-    open(path, "w").write(source)
-    return path
-
-
-def run_cleanrl(checkout, iterations):
-    """CleanRL prints cumulative SPS = step / (t - start) every iteration; recover each iteration's time."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = patched_cleanrl(checkout, tmp)
-        out = subprocess.run([sys.executable, path, "--total-timesteps", str(iterations * 1024)], cwd=tmp,
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
-        sps = [int(v) for v in re.findall(r"^SPS: (\d+)", out.stdout, re.M)]
-        points = [((i + 1) * 1024 / s, (i + 1) * 1024) for i, s in enumerate(sps)]
-        return marginal_sps(points)
-
-
-def refuse(message):
-    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    points, peak_mb = our_run(SCRIPT, ["--num-envs", str(num_envs), "--num-steps", str(num_steps),
+                                       "--total-timesteps", str(iterations * num_envs * num_steps)] + extra)
+    return marginal_sps(points), peak_mb
 
 
 def check_options(opts) -> list:
     """Every value is checked before anything is timed; returns the --sweep sizes."""
-    if opts.repeats < 1:
-        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    check_repeats(opts.repeats)
     if opts.iterations < 2:  # the first iteration (compilation) is excluded, so one leaves nothing to time
         refuse(f"--iterations must be >= 2 (got {opts.iterations}); the first one is excluded from SPS")
-    if opts.cleanrl and not os.path.isfile(os.path.join(opts.cleanrl, "cleanrl", "ppo_atari_envpool.py")):
-        refuse(f"--cleanrl {opts.cleanrl}: no cleanrl/ppo_atari_envpool.py there; pass the root of a CleanRL checkout")
-    try:
-        sweep = [int(v) for v in opts.sweep.split(",") if v.strip()]
-    except ValueError:
-        refuse(f"--sweep {opts.sweep!r}: pass comma-separated integers, e.g. 8,32,64")
+    check_cleanrl_checkout(opts.cleanrl, CLEANRL_SCRIPT)
+    sweep = int_list("--sweep", opts.sweep, "8,32,64")
     if any(n < 1 for n in sweep):
         refuse(f"--sweep {opts.sweep!r}: every num_envs must be >= 1")
     return sweep
@@ -221,7 +130,8 @@ def main():
                 ("ours --bf16", lambda: run_ours(["--bf16"], opts.iterations)[0], "ours_bf16"),
                 ("ours, diagnostics off", lambda: run_ours(["--diagnostics-every", "0"], opts.iterations)[0], "ours")]
     if opts.cleanrl:
-        programs.append(("CleanRL (defaults)", lambda: run_cleanrl(opts.cleanrl, opts.iterations), "cleanrl"))
+        programs.append(("CleanRL (defaults)",
+                         lambda: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, opts.iterations)[0], "cleanrl"))
     samples = {name: [] for name, _, _ in programs}
     bounds = {kind: [] for kind in bound_kinds}
     for repeat in range(opts.repeats):  # alternated, so slow drifts of a shared machine hit every program alike

@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -25,9 +24,12 @@ import time
 import numpy as np
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "ppo_continuous_mujoco.py")
-sys.path.insert(0, ROOT)
+sys.path[:0] = [HERE, ROOT]
+from _throughput_common import (check_cleanrl_checkout, check_configuration, cleanrl_points, int_list,  # noqa: E402
+                                marginal_sps, refuse)
 from cleanrl_scaling import ppo_continuous_mujoco as ppo  # noqa: E402
 
 CONFIGS = {
@@ -54,8 +56,7 @@ def run_ours(env_id, cfg, iterations, timeout, extra=()) -> float:
 
 
 def run_cleanrl(path, python, env_id, cfg, iterations, timeout, threads=None) -> float:
-    """CleanRL prints SPS = global_step / time since start after every iteration: t_k = k B / SPS_k, and the
-    marginal SPS is (K - 1) B / (t_K - t_1)."""
+    """CleanRL's script at this configuration: marginal SPS from the cumulative SPS it prints, nan past `timeout`."""
     batch = cfg["num_envs"] * cfg["num_steps"]
     script = os.path.join(path, "cleanrl", "ppo_continuous_action.py")
     with tempfile.TemporaryDirectory() as cwd:  # CleanRL writes runs/ into its working directory
@@ -67,11 +68,10 @@ def run_cleanrl(path, python, env_id, cfg, iterations, timeout, threads=None) ->
             out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:  # no number rather than a wrong one
             return float("nan")
-    sps = [int(v) for v in re.findall(r"^SPS: (\d+)", out.stdout, re.M)]
-    if out.returncode != 0 or len(sps) < 2:
+    points = cleanrl_points(out.stdout, batch)
+    if out.returncode != 0 or len(points) < 2:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    t = [(k + 1) * batch / s for k, s in enumerate(sps)]
-    return (len(sps) - 1) * batch / (t[-1] - t[0])
+    return marginal_sps(points)
 
 
 def component_bound(env_id, cfg, update_epochs=10, max_update_steps=200) -> dict:
@@ -120,12 +120,6 @@ def component_bound(env_id, cfg, update_epochs=10, max_update_steps=200) -> dict
             "env_sps": n * t / env_time}
 
 
-def refuse(message):
-    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def sweep_config(n):
     return dict(num_envs=n, num_steps=100, minibatch_size=1000, backend="envpool")
 
@@ -135,27 +129,20 @@ def check_options(opts) -> list:
     --num-envs sweep."""
     if not (math.isfinite(opts.timeout) and opts.timeout > 0):
         refuse(f"--timeout must be a number of seconds > 0 (got {opts.timeout})")
-    if opts.cleanrl and not os.path.isfile(os.path.join(opts.cleanrl, "cleanrl", "ppo_continuous_action.py")):
-        refuse(f"--cleanrl {opts.cleanrl}: no cleanrl/ppo_continuous_action.py there; pass the root of a CleanRL checkout")
+    check_cleanrl_checkout(opts.cleanrl, "ppo_continuous_action.py")
     if opts.cleanrl and not os.access(opts.cleanrl_python, os.X_OK):
         refuse(f"--cleanrl-python {opts.cleanrl_python} is not an executable; see docs/ppo_continuous_mujoco.md for the venv")
     missing = [b for b in ("gymnasium", "envpool") if opts.env_id not in ppo.env_ids(b)]
     if missing:  # the rows use both backends
         backends = " and ".join(missing) + " backend" + "s" * (len(missing) > 1)
         refuse(f"--env-id {opts.env_id!r} is not a MuJoCo id of the {backends} (e.g. HalfCheetah-v4)")
-    try:
-        sweep = [int(v) for v in opts.num_envs.split(",") if v.strip()]
-    except ValueError:
-        refuse(f"--num-envs {opts.num_envs!r}: pass comma-separated integers, e.g. 10,100,1000")
+    sweep = int_list("--num-envs", opts.num_envs, "10,100,1000")
     configs = [(name, cfg) for name, cfg in CONFIGS.items()] + [(f"--num-envs {n}", sweep_config(n)) for n in sweep]
     for name, cfg in configs:
         args = ppo.Args(env_id=opts.env_id, num_envs=cfg["num_envs"], num_steps=cfg["num_steps"],
                         minibatch_size=cfg["minibatch_size"], env_backend=cfg["backend"],
                         total_timesteps=max(1, cfg["num_envs"]) * cfg["num_steps"])  # so the message names --num-envs
-        try:
-            ppo.validate(args)
-        except ppo.UsageError as err:
-            refuse(f"{name} is not a valid ppo_continuous_mujoco.py configuration ({err})")
+        check_configuration(name, "ppo_continuous_mujoco.py", ppo.UsageError, ppo.validate, args)
     return sweep
 
 

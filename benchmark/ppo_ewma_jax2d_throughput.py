@@ -8,6 +8,7 @@ and the process's peak RSS. Prints one table row per num_envs.
 import argparse
 import functools
 import math
+import os
 import resource
 import sys
 import time
@@ -16,7 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from _throughput_common import check_configuration, check_repeats, refuse  # noqa: E402
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
 
 
@@ -50,25 +53,16 @@ def configure(num_envs, num_steps, num_tasks):
     return args
 
 
-def refuse(message):
-    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def check_options(opts):
     """Every configuration the run will measure is validated first, by the script's own validation."""
-    if opts.repeats < 1:
-        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    check_repeats(opts.repeats)
     if not (math.isfinite(opts.memory_gib) and opts.memory_gib > 0):
         refuse(f"--memory-gib must be a finite number > 0 (got {opts.memory_gib})")
     for flag, sizes, steps_flag, steps in (("--num-envs", opts.num_envs, "--num-steps", opts.num_steps),
                                            ("--mem-envs", opts.mem_envs, "--mem-steps", opts.mem_steps)):
         for n in sizes:
-            try:
-                configure(n, steps, opts.num_tasks)
-            except m.UsageError as err:
-                refuse(f"{flag} {n} with {steps_flag} {steps} is not a valid ppo_ewma_jax2d.py configuration ({err})")
+            check_configuration(f"{flag} {n} with {steps_flag} {steps}", "ppo_ewma_jax2d.py", m.UsageError, configure,
+                                n, steps, opts.num_tasks)
 
 
 def largest_that_fits(measured, memory_gib, measure, step=256):

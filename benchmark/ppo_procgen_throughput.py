@@ -17,11 +17,8 @@
 CleanRL's script runs unpatched, from a temporary copy, in its own environment (never in this repository).
 """
 import argparse
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,44 +27,25 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_procgen.py")
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+from _throughput_common import cleanrl_points, marginal_sps, our_run, run_checked  # noqa: E402
 from cleanrl_scaling.ppo_procgen import Args, make_envs  # noqa: E402
 
 
-def marginal_sps(points):
-    """SPS between the end of the first iteration and the last one (warm-up excluded)."""
-    (t0, s0), (t1, s1) = points[0], points[-1]
-    return (s1 - s0) / (t1 - t0)
-
-
-def peak_rss_mib(stderr: str) -> float:
-    return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1)) / 1024
-
-
 def run_ours(extra, num_envs, num_steps, iterations):
-    with tempfile.TemporaryDirectory() as runs:
-        cmd = [sys.executable, SCRIPT, "--runs-dir", runs, "--progress", "none", "--num-envs", str(num_envs),
-               "--num-steps", str(num_steps), "--total-timesteps", str(iterations * num_envs * num_steps)] + extra
-        out = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
-        run_dir = os.path.join(runs, os.listdir(runs)[0])
-        rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-        points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
-        return (marginal_sps(points) if len(points) > 1 else float("nan")), peak_rss_mib(out.stderr)
+    points, peak_mb = our_run(SCRIPT, ["--num-envs", str(num_envs), "--num-steps", str(num_steps),
+                                       "--total-timesteps", str(iterations * num_envs * num_steps)] + extra)
+    return (marginal_sps(points) if len(points) > 1 else float("nan")), peak_mb
 
 
 def run_cleanrl(checkout, python, num_envs, num_steps, iterations):
-    """CleanRL prints cumulative SPS = step / (t - start) after every iteration; recover each iteration's time."""
+    """CleanRL's script, unpatched, from a temporary copy, in its own environment."""
     batch = num_envs * num_steps
     with tempfile.TemporaryDirectory() as tmp:
         path = shutil.copy(os.path.join(checkout, "cleanrl", "ppo_procgen.py"), tmp)
-        out = subprocess.run([python, path, "--num-envs", str(num_envs), "--num-steps", str(num_steps),
-                              "--total-timesteps", str(iterations * batch)], cwd=tmp, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
-        sps = [int(v) for v in re.findall(r"^SPS: (\d+)", out.stdout, re.M)]
-        return marginal_sps([((i + 1) * batch / s, (i + 1) * batch) for i, s in enumerate(sps)])
+        out = run_checked([python, path, "--num-envs", str(num_envs), "--num-steps", str(num_steps),
+                           "--total-timesteps", str(iterations * batch)], cwd=tmp)
+        return marginal_sps(cleanrl_points(out.stdout, batch))
 
 
 def env_sps(backend, num_envs, steps=300):

@@ -16,16 +16,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _learning_comparison import Comparison, check_common, parser, run  # noqa: E402
-
-
-def patched_cleanrl(checkout, directory):
-    from pqn_atari_throughput import patched_cleanrl as patch  # one place knows CleanRL's envpool 0.x lines
-    return patch(checkout, directory)
+from _throughput_common import patched_cleanrl  # noqa: E402
 
 
 def cleanrl_command(args, seed):
-    return [sys.executable, patched_cleanrl(args.cleanrl, args.out), "--env-id", args.env_id, "--seed", str(seed),
-            "--total-timesteps", str(args.total), "--no-cuda"]
+    return [sys.executable, patched_cleanrl(args.cleanrl, "pqn_atari_envpool.py", args.out), "--env-id", args.env_id,
+            "--seed", str(seed), "--total-timesteps", str(args.total), "--no-cuda"]
 
 
 PQN = Comparison(script=os.path.join(HERE, "..", "cleanrl_scaling", "pqn_atari.py"), stem="pqn_atari",

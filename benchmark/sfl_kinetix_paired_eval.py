@@ -22,13 +22,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from _throughput_common import refuse  # noqa: E402
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
-
-
-def refuse(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def run_argv(run_dir: str) -> list:

@@ -35,13 +35,15 @@ only: at 1,024 the generator takes over 20 minutes to compile on this CPU). Page
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+from _throughput_common import TIME_V, peak_rss_kib, refuse  # noqa: E402
+
 DEVICES = 8
 STEPS = 16
 LEVEL_BATCH = 128
@@ -52,11 +54,6 @@ PRESET_COUNTS = {  # B26 Table 3 (the script's PRESETS): envs, N_sfl, K, filter 
     "65536": (65536, 262144, 8192, 32768, 32),
     "1m": (1048576, 4194304, 8192, 524288, 2),
 }
-
-
-def refuse(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def common_flags(runs_dir):
@@ -173,7 +170,7 @@ def run_child(argv, updates, log_path):
     env = dict(os.environ, PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=os.environ.get(
         "JAX_COMPILATION_CACHE_DIR", os.path.join(REPO, ".jax_cache")),
         XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}").strip())
-    timer = ["/usr/bin/time", "-v"] if os.access("/usr/bin/time", os.X_OK) else []
+    timer = TIME_V if os.access(TIME_V[0], os.X_OK) else []
     cmd = timer + [sys.executable, os.path.abspath(__file__), "--child", str(updates), "--"] + argv
     t0 = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -182,9 +179,9 @@ def run_child(argv, updates, log_path):
     found = [line for line in out.stdout.splitlines() if line.startswith("PROBE ")]
     if out.returncode or not found:
         sys.exit(f"error: a probe process failed (exit {out.returncode}); its output is in {log_path}")
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr)
+    rss_kib = peak_rss_kib(out.stderr)
     result = json.loads(found[-1][len("PROBE "):])
-    result.update(rss_gib=int(rss.group(1)) / 2**20 if rss else float("nan"), process_seconds=time.time() - t0)
+    result.update(rss_gib=rss_kib / 2**20 if rss_kib is not None else float("nan"), process_seconds=time.time() - t0)
     return result
 
 

@@ -16,6 +16,7 @@ that matmul rate and the rest of the chunk (rollout with the policy, levels, GAE
 """
 import argparse
 import functools
+import os
 import sys
 import time
 
@@ -23,14 +24,10 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-sys.path.insert(0, __file__.rsplit("/benchmark/", 1)[0])
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from _throughput_common import check_configuration, check_repeats, refuse  # noqa: E402
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
-
-
-def refuse(message):
-    """Bad options: one line and exit 2 before the minutes of measuring, as the training scripts do."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def configure(num_envs, num_steps, env_size, update_epochs=8):
@@ -47,16 +44,12 @@ def configure(num_envs, num_steps, env_size, update_epochs=8):
 
 
 def check_options(opts):
-    if opts.repeats < 1:
-        refuse(f"--repeats must be >= 1 (got {opts.repeats})")
+    check_repeats(opts.repeats)
     if opts.env_size not in m.ENV_SIZES:
         refuse(f"--env-size {opts.env_size!r} is not one of {', '.join(m.ENV_SIZES)}")
     for n in opts.num_envs:
-        try:
-            configure(n, opts.num_steps, opts.env_size)
-        except m.UsageError as err:
-            refuse(f"--num-envs {n} with --num-steps {opts.num_steps} is not a valid sfl_kinetix_jax.py "
-                   f"configuration ({err})")
+        check_configuration(f"--num-envs {n} with --num-steps {opts.num_steps}", "sfl_kinetix_jax.py", m.UsageError,
+                            configure, n, opts.num_steps, opts.env_size)
 
 
 def timed(fn, *args):

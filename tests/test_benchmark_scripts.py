@@ -827,3 +827,20 @@ def test_figures_of_the_mujoco_and_m25_helpers_are_listed(tmp_path):
     assert figure_prefixes(str(REPO / "benchmark" / "mayor2025_fig5.sh"))[:2] == ["mayor2025_fig5_iqm",
                                                                                    "mayor2025_fig5_iqm_curves"]
     assert "mayor2025_fig7_<game>_iqm" in figure_prefixes(str(REPO / "benchmark" / "mayor2025_fig7.sh"))
+
+
+@pytest.mark.parametrize("script, paper", [("beukman2026_fig12", "_beukman2026_common.sh"),
+                                           ("mayor2025_fig5", "_mayor2025_common.sh")])
+def test_both_papers_take_the_shared_preambles_knobs_alike(script, paper, tmp_path):
+    """The B26 and M25 figure scripts start from one preamble, benchmark/_figure_common.sh: the same seeds,
+    checkpoint period, core pinning and resume reach every run, and bad settings get the same one-line refusals."""
+    assert 'source "$(dirname "${BASH_SOURCE[0]}")/_figure_common.sh"' in (REPO / "benchmark" / paper).read_text()
+    out = dry_run(script, RUNS_DIR=tmp_path / "runs", SEEDS="4", CHECKPOINT_EVERY="7", CORES="1", RESUME="1")
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert runs and all(r["seed"] == "4" and r["checkpoint_every"] == "7" for r in runs)
+    assert "0 resumed from checkpoints" in out.stdout and "# local: 1 worker(s), 1 core(s)" in out.stdout
+    for bad, name in ((dict(CHECKPOINT_EVERY="x"), "CHECKPOINT_EVERY=x"), (dict(SCALE="laptop"), "SCALE=laptop")):
+        refused = dry_run(script, RUNS_DIR=tmp_path / "runs", **bad)
+        assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
+        assert refused.stderr.startswith(f"error: {name}:"), refused.stderr

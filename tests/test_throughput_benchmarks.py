@@ -278,3 +278,51 @@ def test_pqn_learning_window_and_tenths_by_hand():
     assert "fewer than 2" in learning.window_stats(episodes, 950)
     # tenths of 1000 steps are (0, 100], (100, 200], ...: 1 and 3 | 5 | nothing ... | 2 | 4 and 9
     assert learning.tenths(episodes, 1000).split() == ["2.0", "5.0"] + ["-"] * 6 + ["2.0", "6.5"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# _throughput_common.py: what the benchmark scripts share, kept in one place
+# ---------------------------------------------------------------------------------------------------------
+def test_the_benchmark_scripts_keep_one_copy_of_their_shared_helpers():
+    """The refusal, the SPS and RSS readers and CleanRL's envpool patch live in _throughput_common.py only."""
+    bench = os.path.join(ROOT, "benchmark")
+    shared = ("def refuse(", "def marginal_sps(", "def patched_cleanrl(", "Maximum resident set size", r"^SPS: (\d+)")
+    for name in sorted(os.listdir(bench)):
+        if name.endswith(".py") and name != "_throughput_common.py":
+            text = open(os.path.join(bench, name)).read()
+            assert not [s for s in shared if s in text], name
+
+
+def test_cleanrl_patch_adapts_envpool_1x_and_refuses_a_script_that_changed(tmp_path):
+    common = load("_throughput_common")
+    (tmp_path / "cleanrl").mkdir()
+    original = ("import numpy as np\n\n\nclass Wrapper:\n    def reset(self, **kwargs):\n"
+                "        observations = super().reset(**kwargs)\n\n    def step(self, action):\n"
+                "        observations, rewards, dones, infos = super().step(action)\n")
+    (tmp_path / "cleanrl" / "pqn_atari_envpool.py").write_text(original)
+    path = common.patched_cleanrl(str(tmp_path), "pqn_atari_envpool.py", str(tmp_path))
+    patched = open(path).read()
+    compile(patched, path, "exec")  # the inserted line keeps the method's indentation
+    assert "observations, _ = super().reset(**kwargs)" in patched
+    assert "term, trunc, infos = super().step(action)\n        dones = np.logical_or(term, trunc)" in patched
+    (tmp_path / "cleanrl" / "ppo_atari_envpool.py").write_text(original.replace("observations = super()", "obs = super()"))
+    with pytest.raises(RuntimeError, match="ppo_atari_envpool.py changed"):  # not a silently unpatched copy
+        common.patched_cleanrl(str(tmp_path), "ppo_atari_envpool.py", str(tmp_path))
+
+
+def test_marginal_sps_from_cleanrls_cumulative_lines_by_hand():
+    """Cumulative SPS 100, 150, 180 after iterations of 1000 steps: iteration 1 ends at 10 s, iteration 3 at 3000/180
+    s; the 2000 steps in between took 3000/180 - 10 s."""
+    common = load("_throughput_common")
+    points = common.cleanrl_points("global_step=8, episodic_return=1.0\nSPS: 100\nSPS: 150\nSPS: 180\n", 1000)
+    assert points[0] == (10.0, 1000) and points[-1][1] == 3000
+    assert math.isclose(common.marginal_sps(points), 2000 / (3000 / 180 - 10))
+
+
+def test_peak_rss_is_read_from_gnu_time():
+    common = load("_throughput_common")
+    out = common.run_checked(common.TIME_V + [sys.executable, "-c", "x = bytearray(300 * 2**20)"])
+    assert common.peak_rss_mib(out.stderr) >= 300
+    assert common.peak_rss_kib("no time -v here") is None
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a failed run: the end of its stderr
+        common.run_checked([sys.executable, "-c", "1 / 0"])
