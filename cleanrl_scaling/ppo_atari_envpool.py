@@ -145,9 +145,9 @@ class Args(ScalingArgs, RunArgs):
     the step after a done, whose action envpool ignores, stays in the loss and the statistics (no masking)"""
 
     # to be filled in runtime
-    batch_size: int = 0
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
 
 

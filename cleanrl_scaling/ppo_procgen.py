@@ -150,9 +150,9 @@ class Args(ScalingArgs, RunArgs):
     """actor and critic each get their own IMPALA-CNN trunk (M25 §5.2, Fig. 5)"""
 
     # to be filled in runtime
-    batch_size: int = 0
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
 
 

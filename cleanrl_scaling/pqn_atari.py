@@ -148,9 +148,9 @@ class Args(ScalingArgs, RunArgs):
     """the loss is td_loss_coef x the mean squared TD error (CleanRL 1, purejaxql 0.5)"""
 
     # to be filled in runtime
-    batch_size: int = 0
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
 
 
