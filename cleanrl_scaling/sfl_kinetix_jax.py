@@ -1825,12 +1825,13 @@ def main():
                        "steps each", quiet=not first):
                 refreshed = refresh_buffer(train, args, runner, filter_key, iteration // args.sfl_update_period,
                                            functools.partial(agreed_stop, stop))
+                # on every process (a collective); it waits for the scoring, which runs after its calls return
+                stats_buffer = buffer_stats(refreshed.buffer) if refreshed is not None else None
             if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
                 status = "interrupted"
                 save_run_checkpoint(logger, args, iteration, clock, runner)
                 break
             runner = refreshed
-            stats_buffer = buffer_stats(runner.buffer)  # on every process: a collective
             clock.filter_seconds += time.time() - t_filter
             if logger:
                 logger.log(iteration * args.batch_size, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
@@ -2301,19 +2302,21 @@ def cut_logs(run_dir: str, ckpt: dict) -> None:
 
 
 class CompileWatch:
-    """What JAX traces, compiles and loads from the persistent compilation cache, read from the events its compiler
-    records (jax.monitoring; the names of jax 0.7, checked by a test). Whether a program is in the cache is known
-    only once the cache answers, so a lookup still open after LOOKUP_SECONDS is a miss being compiled. Programs that
-    compile faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits)
-    are never cached and not counted."""
+    """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
+    records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
+    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
+    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
+    cached and not counted."""
     SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
              "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
-    LOOKUP_SECONDS = 2.0  # a hit is answered in well under this
+    ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
+                  "_cache_read": "loading a program from the compilation cache",
+                  "backend_compile_and_load": "compiling a program not in the compilation cache"}
 
     def __init__(self):
         self.spans = []  # (start, end) wall times of every trace, lowering and compile
         self.compiled = self.loaded = 0
-        self.lookup_since, self.hit = None, False
+        self.hit = False
 
     def listen(self) -> "CompileWatch":
         jax.monitoring.register_event_listener(self.event)
@@ -2321,9 +2324,7 @@ class CompileWatch:
         return self
 
     def event(self, event: str, **kwargs) -> None:
-        if event == "/jax/compilation_cache/compile_requests_use_cache":  # a compile asks the cache first
-            self.lookup_since, self.hit = time.time(), False
-        elif event == "/jax/compilation_cache/cache_hits":
+        if event == "/jax/compilation_cache/cache_hits":
             self.hit = True
 
     def span(self, event: str, start: float, end: float, **kwargs) -> None:
@@ -2333,7 +2334,7 @@ class CompileWatch:
         if event == self.SPANS[-1]:
             worth_caching = end - start >= jax.config.jax_persistent_cache_min_compile_time_secs
             self.loaded, self.compiled = self.loaded + self.hit, self.compiled + (not self.hit and worth_caching)
-            self.lookup_since, self.hit = None, False
+            self.hit = False
 
     def seconds_between(self, t0: float, t1: float) -> float:
         """Wall seconds of [t0, t1] spent tracing, lowering or compiling (nested traces counted once)."""
@@ -2344,23 +2345,16 @@ class CompileWatch:
                 total, reached = total + end - start, end
         return total
 
-    @staticmethod
-    def tracing(thread_id: int) -> bool:
-        """Whether that thread is tracing a function into a program now (JAX's tracer is on its stack): Kinetix's level
-        generator and no-op filter take minutes to trace on a loaded CPU, even when the cache then has them."""
+    @classmethod
+    def activity(cls, thread_id: int) -> str:
+        """What that thread does in JAX's compiler now ("" if nothing): Kinetix's level generator and no-op filter
+        take minutes to trace on a loaded CPU even when the cache has them, and minutes to compile when it has not."""
         frame = sys._current_frames().get(thread_id)
         while frame is not None:
-            if frame.f_code.co_name == "trace_to_jaxpr_dynamic":
-                return True
+            if frame.f_code.co_name in cls.ACTIVITIES:
+                return cls.ACTIVITIES[frame.f_code.co_name]
             frame = frame.f_back
-        return False
-
-    def compiling_for(self, now: float) -> float:
-        """Seconds the program being built has been compiling (a cache lookup unanswered for LOOKUP_SECONDS), or 0."""
-        since = self.lookup_since
-        if since is None or self.hit or now - since < self.LOOKUP_SECONDS:
-            return 0.0
-        return now - since
+        return ""
 
 
 COMPILES = CompileWatch().listen()
@@ -2368,9 +2362,10 @@ HEARTBEAT_SECONDS = 10.0  # while a phase runs, a line at least this often: a fi
 
 
 class Phase:
-    """A phase of the run, announced: a line when it starts, one every HEARTBEAT_SECONDS while it runs (saying when a
-    program not in the persistent compilation cache is being compiled, with `note`), and one with its time and what it
-    compiled or loaded from the cache when it ends. quiet: only the periodic lines and, after them, the last."""
+    """A phase of the run, announced: a line when it starts, one every HEARTBEAT_SECONDS while it runs (saying whether
+    JAX is tracing, loading a program from the persistent compilation cache or compiling one it did not have, then
+    with `note`), and one with its time and what it compiled or loaded when it ends. quiet: only the periodic lines
+    and, after them, the last."""
 
     def __init__(self, what: str, note: str = "", quiet: bool = False):
         self.what, self.note, self.quiet = what, note, quiet
@@ -2385,9 +2380,15 @@ class Phase:
         return self
 
     def beat(self) -> None:
-        while not self.done.wait(HEARTBEAT_SECONDS - (time.time() - self.t0) % HEARTBEAT_SECONDS):
-            self.beats += 1  # on a fixed grid: a line delayed by a busy CPU does not delay the next ones
+        while not self.done.wait(self.until_next_beat()):
+            self.beats += 1
             self.say(f"{self.what}: {time.time() - self.t0:.0f}s so far{self.status()}")
+
+    def until_next_beat(self) -> float:
+        """Seconds to the next multiple of HEARTBEAT_SECONDS since the start, so that a line a busy CPU delayed does
+        not delay the ones after it; at least half a period, so that a late line is not followed at once by another."""
+        wait = HEARTBEAT_SECONDS - (time.time() - self.t0) % HEARTBEAT_SECONDS
+        return wait if wait >= HEARTBEAT_SECONDS / 2 else wait + HEARTBEAT_SECONDS
 
     def status(self, end: bool = False) -> str:
         now = time.time()
@@ -2395,11 +2396,9 @@ class Phase:
         parts = []
         if compiled or loaded:
             parts.append(f"{compiled} program(s) compiled, {loaded} loaded from the compilation cache")
-        compiling = COMPILES.compiling_for(now)
-        if compiling:
-            parts.append(f"compiling one not in the cache for {compiling:.0f}s{': ' + self.note if self.note else ''}")
-        elif not end and COMPILES.tracing(self.thread_id):
-            parts.append("tracing a program")
+        activity = "" if end else COMPILES.activity(self.thread_id)
+        if activity:
+            parts.append(activity + (f": {self.note}" if self.note and activity.startswith("compiling") else ""))
         if end and parts:
             parts.append(f"{COMPILES.seconds_between(self.t0, now):.0f}s of it tracing and compiling")
         return f" ({'; '.join(parts)})" if parts else ""

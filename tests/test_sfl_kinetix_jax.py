@@ -679,10 +679,10 @@ sys.path.insert(0, sys.argv[1])
 from cleanrl_scaling import sfl_kinetix_jax as m
 import jax, jax.numpy as jnp
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-m.HEARTBEAT_SECONDS, m.CompileWatch.LOOKUP_SECONDS = 0.25, 0.5
+m.HEARTBEAT_SECONDS = 0.25
 
 def slow_to_compile(x):
-    for i in range(40):
+    for i in range(60):
         x = jnp.sin(x) @ x + i
     return x
 
@@ -714,13 +714,13 @@ def test_a_phase_says_what_it_is_compiling_while_it_compiles(tmp_path):
     cold = [line for line in lines if "] cold" in line]
     warm = [line for line in lines if "] warm" in line]
     took = {line.split()[1]: [float(v) for v in line.split()[2:]] for line in lines if line.startswith("took")}
-    assert took["cold"][0] > 2.0, took  # long enough for several heartbeats
+    assert took["cold"][0] > 1.0, took  # long enough for several heartbeats
     beats = [line for line in cold[1:-1] if "so far" in line]
     assert len(beats) >= took["cold"][0] / 0.25 / 2, cold  # every 0.25 s, with slack for a loaded machine
-    assert any("compiling one not in the cache" in line and "NOTE" in line for line in beats), cold
+    assert any("compiling a program not in the compilation cache: NOTE" in line for line in beats), cold
     assert "1 program(s) compiled, 0 loaded" in cold[-1], cold
     assert took["cold"][1] > 0.8 * took["cold"][0], took  # tracing and compiling: nearly all of it
-    assert not any("NOTE" in line or "compiling one" in line for line in warm), warm
+    assert not any("NOTE" in line or "compiling a program" in line for line in warm), warm
     assert "0 program(s) compiled, 1 loaded from the compilation cache" in warm[-1], warm
     traced = [line for line in lines if "] traced" in line and "so far" in line]
     assert traced and any("tracing a program" in line for line in traced), lines
@@ -1404,7 +1404,7 @@ def test_smoke_run_directory(runs):
                 "charts/solve_rate_handmade", "sfl/learnability_mean", "sfl/learnability_max", "sfl/frac_learnable",
                 "sfl/filter_seconds", "diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean",
                 "diagnostics/ref_kl_mean", "diagnostics/update_size", "diagnostics/grad_norm",
-                "diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
+                "diagnostics/grad_clip_frac", "diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
                 "diagnostics/grad_kurtosis", "diagnostics/ess_pct", "diagnostics/policy_variance"]
     assert not [t for t in required if t not in tags]
     for r in metrics:
@@ -1412,6 +1412,9 @@ def test_smoke_run_directory(runs):
             if k != "losses/explained_variance":
                 assert math.isfinite(v), (k, v)
     assert sorted(r["iteration"] for r in metrics if "sfl/learnability_mean" in r) == [0, 2]  # before updates 1, 3
+    for r in rows(runs["nodiag"]):  # the clipping readings at every update, also without diagnostics
+        if "losses/policy_loss" in r:
+            assert r["diagnostics/grad_norm"] > 0 and r["diagnostics/grad_clip_frac"] in (0.0, 0.25, 0.5, 0.75, 1.0)
     assert sorted(r["iteration"] for r in metrics if "charts/solve_rate_random" in r) == [0, 2, 4]  # 0: the initial policy
     for r in metrics:
         if "sfl/frac_learnable" in r:
