@@ -1495,7 +1495,8 @@ def signature(args) -> dict:
 # signature keys added after checkpoints had been written without them, and what such a checkpoint stands for:
 # one written before --train-levels trained on random levels, one written before --obs-dtype on float32 observations;
 # before --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check);
-# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+# one written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped, one
+# before --per-device-stats computed its statistics over everything
 SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
                      "bootstrap_time_limit": True, "per_device_stats": 1}
 
@@ -1533,6 +1534,7 @@ def describe_run(args, scaling: dict) -> None:
     from_buffer, from_fresh = sfl_counts(args)
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
           + (f", preset={args.preset}" if args.preset != "none" else "")
+          + (f", per_device_stats={args.per_device_stats}" if args.per_device_stats > 1 else "")
           + (f", train_levels={' '.join(args.train_levels)}" if args.train_levels else "")
           + (", no_sfl" if args.no_sfl else f", sfl N={args.sfl_num_levels} T={args.sfl_update_period} "
              f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
