@@ -12,7 +12,6 @@ random levels, the network, the SFL buffer, GAE, the loss and the minibatches, m
 evaluation; diagnostics; main); below the marked line, the infrastructure every script shares, then this script's
 multi-host helpers and the layout of level generation on the devices.
 """
-import contextlib
 import dataclasses
 import functools
 import glob
@@ -23,6 +22,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, NamedTuple, Optional
@@ -133,9 +133,17 @@ class Args(ScalingArgs, RunArgs):
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping (B26 Table 2; Kinetix's own configuration has 1.0)"""
+    """the maximum norm for the gradient clipping: B26 Table 2's 0.5, in every preset. Kinetix's own configuration
+    (https://github.com/FLAIROx/Kinetix/blob/main/configs/learning/ppo-base.yaml) has 1.0, and B26 App. A.1 says its
+    2048 run used Kinetix's values: pass 1.0 for those. diagnostics/grad_norm and diagnostics/grad_clip_frac (the
+    share of steps clipped) are logged every update"""
     target_kl: Optional[float] = None
     """the target KL divergence threshold"""
+    per_device_stats: int = 1
+    """G: advantages normalised over each of G equal parts of a minibatch and the buffer kept as the top K/G of each
+    of G equal parts of the scored levels, as Kinetix's pmap over G devices computes them (B26 App. D: 1M envs on 128
+    GPUs; the 1m preset's 128); 1 = over the whole minibatch and all levels. Emulated: any real device count gives
+    the same result, and G real devices hold exactly their parts"""
     bootstrap_time_limit: bool = False
     """bootstrap the value of an episode cut by --episode-length from V(next observation); off (default), as Kinetix,
     the time limit ends the episode's returns like a termination"""
@@ -213,9 +221,9 @@ class Args(ScalingArgs, RunArgs):
     """print the per-device memory of this configuration's compiled programs (XLA's analysis) and exit; trains nothing"""
 
     # to be filled in runtime
-    batch_size: int = 0
+    batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime)"""
-    num_iterations: int = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
     """the number of iterations (computed in runtime)"""
 
 
@@ -253,8 +261,10 @@ def default_of(args, name: str):
 # ---------------------------------------------------------------------------------------------------------
 # Presets: B26 Table 3 (SFL), Table 2 (PPO) and App. D (the 1M-env hybrid recipe)
 # ---------------------------------------------------------------------------------------------------------
+# B26 Table 2, SFL column. Its max grad norm 0.5, the only value B26 states, is every preset's; Kinetix's
+# configs/learning/ppo-base.yaml has 1.0, which B26 App. A.1's "same exact values" implies: --max-grad-norm 1.0
 B26_PPO = {"learning_rate": 5e-5, "max_grad_norm": 0.5, "gamma": 0.995, "gae_lambda": 0.9, "num_steps": 256,
-           "update_epochs": 8, "num_minibatches": 32, "clip_coef": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}  # Table 2
+           "update_epochs": 8, "num_minibatches": 32, "clip_coef": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
 PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buffer size), L, rho
     "2048": {"num_envs": 2048, "sfl_num_levels": 12288, "sfl_update_period": 128, "sfl_buffer_size": 1024},
     # 8192 and 65536: B26's recipe (App. D: same minibatch size and lr, more minibatches); our reading, the paper
@@ -264,9 +274,11 @@ PRESETS = {  # B26 Table 3: N (filtering batch size), T (update period), K (buff
              "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
     "65536": {"num_envs": 65536, "sfl_num_levels": 262144, "sfl_update_period": 32, "sfl_buffer_size": 8192,
               "scaling_recipe": "more-minibatches", "base_num_envs": 2048, "sfl_filter_batch": 32768},
-    # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4
+    # App. D: 1M = 512 x 2048 envs; 1024 minibatches (32x), each 16x larger, lr x sqrt(16) = 4; run with Kinetix's
+    # code on 128 GPUs, so its advantages and top K were per device (B26 does not say the other runs' GPU counts)
     "1m": {"num_envs": 1048576, "sfl_num_levels": 4194304, "sfl_update_period": 2, "sfl_buffer_size": 8192,
-           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288},
+           "scaling_recipe": "hybrid", "base_num_envs": 2048, "minibatch_multiplier": 16, "sfl_filter_batch": 524288,
+           "per_device_stats": 128},
 }
 for _preset in PRESETS.values():
     _preset.update({"sfl_rollout_length": 512, "sfl_sample_ratio": 0.5, **B26_PPO})
@@ -511,8 +523,9 @@ class Gate(nn.Module):
 
 
 def gather_shapes(x, index):
-    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at."""
-    return jnp.take_along_axis(x, index[..., None], axis=-2)
+    """x [..., S, E], index [..., K] -> [..., K, E]: the embedding of the shape each entry points at. An index past the
+    shapes reads the last one, as Kinetix's x[index] does (take_along_axis's default fills NaN there)."""
+    return jnp.take_along_axis(x, index[..., None], axis=-2, mode="clip")
 
 
 def scatter_add_shapes(x, index, messages):
@@ -644,6 +657,19 @@ def top_k_levels(buffer: LevelBuffer, levels, p) -> LevelBuffer:
         chosen = kept.reshape(kept.shape + (1,) * (old.ndim - 1))
         return jnp.where(chosen, old[jnp.minimum(order, k - 1)], new[jnp.maximum(order - k, 0)])
     return LevelBuffer(levels=jax.tree.map(pick, buffer.levels, levels), score=score[order], p=rate[order])
+
+
+def top_k_by_part(parts: int, buffer: LevelBuffer, levels, p) -> LevelBuffer:
+    """top_k_levels on each of G = parts equal slices: slice g of the buffer keeps the K/G most learnable of its own
+    entries and slice g of the scored levels, as each of Kinetix's G devices keeps the top K/G of the levels it scored
+    (B26 App. D). The buffer is their concatenation, from which every env draws, as in Kinetix."""
+    if parts == 1:
+        return top_k_levels(buffer, levels, p)
+
+    def split(x):
+        return x.reshape((parts, -1) + x.shape[1:])
+    kept = jax.vmap(top_k_levels)(jax.tree.map(split, buffer), jax.tree.map(split, levels), split(p))
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), kept)
 
 
 def empty_buffer(levels, k: int) -> LevelBuffer:
@@ -821,7 +847,7 @@ class Probe(struct.PyTreeNode):
 class UpdateCarry(struct.PyTreeNode):
     train: TrainState
     probe: Optional[Probe]  # None in the training chunk: only the diagnostics pass carries one
-    stat_sum: jnp.ndarray  # [7]: the six loss statistics and the pre-clipping gradient norm
+    stat_sum: jnp.ndarray  # [8]: the six loss statistics, the pre-clipping gradient norm and whether it was clipped
     steps: jnp.ndarray
     stopped: jnp.ndarray  # --target-kl ended the epochs
 
@@ -882,15 +908,23 @@ def decoupled_pg_loss(newlogp, prox_logp, behavior_logp, advantages, clip_coef: 
     return jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)) * weight
 
 
+def normalize_advantages(advantages, parts: int):
+    """CleanRL's normalisation over the minibatch; parts G > 1: over each of its G equal slices, which are the devices'
+    parts when G devices hold it, as Kinetix normalises on each device under pmap (B26 App. D)."""
+    if parts == 1:
+        return (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    split = advantages.reshape(parts, -1)
+    normalized = (split - split.mean(1, keepdims=True)) / (split.std(1, ddof=1, keepdims=True) + 1e-8)
+    return normalized.reshape(advantages.shape)
+
+
 def ppo_loss(args, network: ActorCritic, hyper: Hyper, params, prox_params, mb: Batch):
     """CleanRL's PPO loss; with --ewma-com C > 0 the policy term is B26 eq. 4 with theta_prox."""
     logits, newvalue, _, _ = network.apply(params, mb.obs)
     newlogp = log_prob(logits, mb.action)
     logratio = newlogp - mb.logp
     ratio = jnp.exp(logratio)
-    advantages = mb.advantages
-    if args.norm_adv:
-        advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    advantages = normalize_advantages(mb.advantages, args.per_device_stats) if args.norm_adv else mb.advantages
     if args.ewma_com > 0:
         prox_logits, _, _, _ = network.apply(prox_params, mb.obs)
         prox_logp = jax.lax.stop_gradient(log_prob(prox_logits, mb.action))
@@ -1086,6 +1120,7 @@ def make_train(args) -> Train:
         (_, stats), grads = jax.value_and_grad(functools.partial(ppo_loss, args, network, hyper), has_aux=True)(
             train.params, train.prox_params, mb)
         grad_norm = optax.global_norm(grads)
+        clipped = (grad_norm >= args.max_grad_norm).astype(jnp.float32)  # optax.clip_by_global_norm scales it down
         updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
         params = optax.apply_updates(train.params, updates)
         new_train = TrainState(params=params, opt_state=opt_state,
@@ -1093,8 +1128,9 @@ def make_train(args) -> Train:
         probe = carry.probe
         if probe is not None:  # traced only into the diagnostics pass: it reads, never writes, the training values
             probe = record_probe_step(network, probe, carry.steps, grads, params)
-        new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + jnp.append(stats, grad_norm),
-                          steps=carry.steps + 1, stopped=carry.stopped)
+        step_stats = jnp.concatenate([stats, jnp.stack([grad_norm, clipped])])
+        new = UpdateCarry(train=new_train, probe=probe, stat_sum=carry.stat_sum + step_stats, steps=carry.steps + 1,
+                          stopped=carry.stopped)
         return new, stats
 
     def update_epoch(hyper: Hyper, batch: Batch, carry: UpdateCarry, key):
@@ -1139,7 +1175,7 @@ def make_train(args) -> Train:
             probe = start_probe(network, probe_index, args.num_envs, empty_probe(
                 network, params, jax.tree.map(lambda x: x[0, :1], batch.obs), len(probe_index),
                 args.update_epochs * args.num_minibatches), params, batch)
-        carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(7), steps=jnp.zeros((), jnp.int32),
+        carry = UpdateCarry(train=runner.train, probe=probe, stat_sum=jnp.zeros(8), steps=jnp.zeros((), jnp.int32),
                             stopped=jnp.zeros((), bool))
         keys = jax.random.split(key_update, args.update_epochs)
         carry, _ = jax.lax.scan(functools.partial(update_epoch, hyper, batch), carry, keys)
@@ -1154,7 +1190,7 @@ def make_train(args) -> Train:
         and episodes. Episodes come back reduced (EpisodeStats per update), so what the host reads does not grow
         with N."""
         max_updates = args.updates_per_chunk
-        stats_buf = jnp.full((max_updates, 8), jnp.nan)
+        stats_buf = jnp.full((max_updates, len(STAT_NAMES)), jnp.nan)
         empty = jax.eval_shape(episode_stats, Episodes(*(jax.ShapeDtypeStruct((args.num_steps, args.num_envs), d)
                                                          for d in (bool, jnp.float32, jnp.int32, bool))))
         episodes_buf = jax.tree.map(lambda x: jnp.zeros((max_updates,) + x.shape, x.dtype), empty)
@@ -1223,7 +1259,7 @@ def make_train(args) -> Train:
         noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
                                                          sharded), in_shardings=in_calls, out_shardings=calls)),
         score=InStep("score", jax.jit(score_levels)),
-        merge=InStep("merge", jax.jit(top_k_levels)),
+        merge=InStep("merge", jax.jit(functools.partial(top_k_by_part, args.per_device_stats))),
         first_solved=jax.jit(first_episode_solved),  # a small program: one device of this process
         shardings=shardings, start_envs=start_envs, env_step=env_step, minibatch_step=minibatch_step)
 
@@ -1393,7 +1429,8 @@ def listed_levels(levels, num_envs: int, updates_per_chunk: int):
 # ---------------------------------------------------------------------------------------------------------
 SCRIPT = "sfl_kinetix_jax"
 STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/old_approx_kl",
-              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "losses/explained_variance"]
+              "losses/approx_kl", "losses/clipfrac", "diagnostics/grad_norm", "diagnostics/grad_clip_frac",
+              "losses/explained_variance"]
 
 
 def sfl_counts(args) -> tuple:
@@ -1448,10 +1485,28 @@ def validate(args, argv: list) -> dict:
           f"--num-envs {args.num_envs} is not a multiple of the {scaling['num_minibatches']} minibatches: a minibatch "
           "holds whole trajectories of num_envs / minibatches envs; change the minibatches or pass "
           "--minibatch-form steps")
+    check_per_device_stats(args, scaling["num_minibatches"], filter_batch)
     devices = jax.device_count()
     check(args.num_envs % devices == 0, f"--num-envs {args.num_envs} must be divisible by the {devices} devices")
     check(filter_batch % devices == 0, f"--sfl-filter-batch {filter_batch} must be divisible by the {devices} devices")
     return scaling
+
+
+def check_per_device_stats(args, num_minibatches: int, filter_batch: int) -> None:
+    """--per-device-stats G: each of the G parts holds the same envs of every minibatch, K/G buffer levels and F/G
+    levels of every scoring batch, as each of Kinetix's G devices does."""
+    parts = args.per_device_stats
+    check(parts >= 1, f"--per-device-stats must be >= 1 (got {parts}); 1 computes the statistics over everything")
+    # a minibatch holds N/M envs (trajectories) or N/G envs of G groups (steps): a part must hold whole groups
+    groups = num_minibatches if args.minibatch_form == "trajectories" else minibatch_layout(args.num_steps,
+                                                                                           num_minibatches)[1]
+    check(args.num_envs % (parts * groups) == 0, f"--per-device-stats {parts}: --num-envs {args.num_envs} is not a "
+          f"multiple of {parts} parts x {groups} envs, one per minibatch (Kinetix allows at most as many minibatches "
+          "as envs per device, B26 App. D); lower --per-device-stats or the minibatches")
+    if not args.no_sfl:
+        check(args.sfl_buffer_size % parts == 0 and filter_batch % parts == 0,
+              f"--per-device-stats {parts} must divide --sfl-buffer-size {args.sfl_buffer_size} and --sfl-filter-batch "
+              f"{filter_batch}: each part keeps the top K/G of its F/G levels of every scoring batch")
 
 
 # Flags a resume may change besides the shared ones: the evaluation (its own levels and key, never training's), the
@@ -1460,9 +1515,10 @@ RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attemp
 # what a checkpoint written before a flag existed stands for, where not the flag's default: one written before
 # --train-levels trained on random levels, one written before --obs-dtype on float32 observations; before
 # --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check); one
-# written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped
+# written before --minibatch-form took minibatches of steps, one before --bootstrap-time-limit bootstrapped, one
+# before --per-device-stats computed its statistics over everything
 SIGNATURE_IMPLIED = {"train_levels": [], "obs_dtype": "float32", "attention_size": 16, "minibatch_form": "steps",
-                     "bootstrap_time_limit": True}
+                     "bootstrap_time_limit": True, "per_device_stats": 1}
 
 
 def apply_scaling(args, scaling: dict) -> None:
@@ -1502,6 +1558,7 @@ def describe_run(args, scaling: dict) -> None:
     from_buffer, from_fresh = sfl_counts(args)
     print(describe_scaling(scaling, args) + f", num_iterations={args.num_iterations}, devices={jax.device_count()}"
           + (f", preset={args.preset}" if args.preset != "none" else "")
+          + (f", per_device_stats={args.per_device_stats}" if args.per_device_stats > 1 else "")
           + (f", train_levels={' '.join(args.train_levels)}" if args.train_levels else "")
           + (", no_sfl" if args.no_sfl else f", sfl N={args.sfl_num_levels} T={args.sfl_update_period} "
              f"K={args.sfl_buffer_size} L={args.sfl_rollout_length} rho={args.sfl_sample_ratio} "
@@ -1567,19 +1624,20 @@ def load_levels(train: Train, args) -> tuple:
     """(Evaluation, the --train-levels levels or None): a fixed random evaluation set (the same for every seed), the
     package's hand-designed levels, and with --train-levels those listed, laid out like fresh ones."""
     with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
-               "compiles the no-op filter the first time"):
+               "Kinetix's no-op filter takes minutes on a CPU, once: the cache keeps it"):
         eval_random = fetch(sample_levels(train, args, jax.random.PRNGKey(args.eval_level_seed),
                                           max(args.eval_random_levels, 1)))
-    handmade = load_handmade_levels(args.env_size, train.static_params)
     names = handmade_level_names(args.env_size)
-    levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
-                                        args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
-    levels = jax.device_put(fetch(levels), jax.local_devices()[0])
-    listed = None
-    if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
-        index = jnp.array([names.index(name) for name in args.train_levels])
-        listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
-                           NamedSharding(train.mesh, P(None, "envs")))
+    with Phase(f"loading the {len(names)} hand-designed levels of size {args.env_size}"):  # a minute on a loaded CPU
+        handmade = load_handmade_levels(args.env_size, train.static_params)
+        levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
+                                            args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
+        levels = jax.device_put(fetch(levels), jax.local_devices()[0])
+        listed = None
+        if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
+            index = jnp.array([names.index(name) for name in args.train_levels])
+            listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
+                               NamedSharding(train.mesh, P(None, "envs")))
     lockstep("levels")  # the hand-designed levels load on each process alone
     return Evaluation(levels, names, jax.random.PRNGKey(args.seed + 7919)), listed
 
@@ -1598,22 +1656,23 @@ def next_stop(iteration: int, args, first: bool = False) -> int:
 
 
 class ChunkClock:
-    """SPS without the first chunk (compilation, warm-up), the run's active wall time across resumes, and the seconds
-    spent refreshing the SFL buffer."""
+    """SPS from the end of the first chunk on (that chunk compiles), and the first chunk's own SPS without the time it
+    spent tracing and compiling; the run's active wall time across resumes; the seconds spent refreshing the buffer."""
 
-    def __init__(self, batch_size: int, wall_offset: float, filter_seconds: float):
+    def __init__(self, batch_size: int, wall_offset: float, filter_seconds: float, compiles=None):
         self.batch_size, self.wall_offset, self.filter_seconds = batch_size, wall_offset, filter_seconds
+        self.compiles = compiles or COMPILES  # a CompileWatch
         self.start, self.timed_from, self.timed_steps = time.time(), None, 0
 
-    def tick(self, updates: int) -> float:
+    def tick(self, updates: int, chunk_start: float) -> float:
+        """The SPS to log for a chunk of `updates` that began at chunk_start."""
         now = time.time()
-        if self.timed_from is None:
+        if self.timed_from is None:  # a session's first chunk: its own time, less what compiling took of it
             self.timed_from, self.timed_steps = now, 0
-        else:
-            self.timed_steps += updates * self.batch_size
-        if self.timed_steps:
-            return self.timed_steps / (now - self.timed_from)
-        return updates * self.batch_size / (now - self.start)
+            running = now - chunk_start - self.compiles.seconds_between(chunk_start, now)
+            return updates * self.batch_size / max(running, 1e-9)
+        self.timed_steps += updates * self.batch_size
+        return self.timed_steps / (now - self.timed_from)
 
     def wall_time(self) -> float:
         return self.wall_offset + time.time() - self.start
@@ -1689,7 +1748,7 @@ def log_update(logger, args, scaling: dict, iteration: int, stats: np.ndarray, e
         logger.log(step, iteration, row)
     lr = scaling["learning_rate"] * (1.0 - (iteration - 1.0) / args.num_iterations) if args.anneal_lr else scaling["learning_rate"]
     scalars = {"charts/learning_rate": lr, "charts/SPS": sps}
-    scalars.update({name: stats[j] for j, name in enumerate(STAT_NAMES) if name != "diagnostics/grad_norm"})
+    scalars.update({name: stats[j] for j, name in enumerate(STAT_NAMES)})  # grad_norm too: clipping's every update
     if episodes.count[i]:
         scalars["charts/train_solve_rate"] = float(episodes.solved[i] / episodes.count[i])
     if diagnostics is not None:
@@ -1727,7 +1786,8 @@ def finish_run(train: Train, args, signature: dict, logger, evaluation: Evaluati
                "SPS_with_warmup": sps_with_warmup, "filter_seconds": clock.filter_seconds,
                "filter_share": clock.filter_seconds / max(clock.wall_time(), 1e-9)}
     if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
-        last_eval = evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
+        with Phase("final evaluation", quiet=True):  # it compiles here when --eval-every 0 evaluated nothing before
+            last_eval = evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
         save_run_checkpoint(logger, args, signature, iteration, clock, runner)
         summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
         summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
@@ -1756,13 +1816,15 @@ def main():
     # Envs, levels and agent (one seed: separate streams for init/training, fresh levels, SFL candidates, evaluation)
     t0 = time.time()
     with Phase("building the envs, the level generator and the agent",
-               "compiles Kinetix's random level generator the first time: minutes on a CPU"):
+               "Kinetix's random level generator takes minutes on a CPU, once: the cache keeps it"):
         train = make_train(args)
         fresh_key, filter_key = level_streams(args.seed)
         example = fetch(random_levels(train, args, jax.random.PRNGKey(0), None, 1, 1, 0, filtered=False))  # shapes
         template = train.init(jax.tree.map(lambda x: x[0], example), args.seed)
     if args.estimate_memory:
-        print_memory_estimate(estimate_memory(train, args, template, example))
+        with Phase("compiling every program at this configuration's shapes, to read their memory"):
+            report = estimate_memory(train, args, template, example)
+        print_memory_estimate(report)
         return
     runner, hyper = initial_state(train, args, ckpt, template)
     evaluation, listed = load_levels(train, args)
@@ -1777,7 +1839,7 @@ def main():
 
     if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
         with Phase(f"first evaluation: {args.eval_random_levels} random + {len(evaluation.handmade_names)} "
-                   f"hand-designed levels x {args.eval_attempts} attempts", "compiles the evaluation the first time"):
+                   f"hand-designed levels x {args.eval_attempts} attempts"):
             evaluate_and_log(train, args, logger, evaluation, 0, runner.train.params)
         if agreed_stop(stop):
             status = "interrupted"
@@ -1788,15 +1850,16 @@ def main():
         if not args.no_sfl and iteration % args.sfl_update_period == 0:
             t_filter = time.time()
             with Phase(f"SFL buffer: scoring {args.sfl_num_levels} random levels for {args.sfl_rollout_length} "
-                       "steps each", "compiles the scoring the first time") if first else contextlib.nullcontext():
+                       "steps each", quiet=not first):
                 refreshed = refresh_buffer(train, args, runner, filter_key, iteration // args.sfl_update_period,
                                            functools.partial(agreed_stop, stop))
+                # on every process (a collective); it waits for the scoring, which runs after its calls return
+                stats_buffer = buffer_stats(refreshed.buffer) if refreshed is not None else None
             if refreshed is None:  # a stop signal between scoring batches: answered now, redone on resume
                 status = "interrupted"
                 save_run_checkpoint(logger, args, signature, iteration, clock, runner)
                 break
             runner = refreshed
-            stats_buffer = buffer_stats(runner.buffer)  # on every process: a collective
             clock.filter_seconds += time.time() - t_filter
             if logger:
                 logger.log(iteration * args.batch_size, iteration, {**stats_buffer, "sfl/filter_seconds": time.time() - t_filter})
@@ -1806,12 +1869,14 @@ def main():
         end = next_stop(iteration, args, first)
         n = end - iteration
         diag_at = end if args.diagnostics_every and end % args.diagnostics_every == 0 else None
-        fresh = listed if args.train_levels else fresh_levels(train, args, fresh_key, iteration, n)
-        with Phase("first update", "compiles the training chunk the first time") if first else contextlib.nullcontext():
+        t_chunk = time.time()
+        with Phase("first update: its fresh levels, then the update" if first else f"updates {iteration + 1}-{end}",
+                   quiet=not first):
+            fresh = listed if args.train_levels else fresh_levels(train, args, fresh_key, iteration, n)
             runner, stats, episodes, probe = run_chunk(train, hyper, fresh, runner, n, n - 1 if diag_at else None)
         first = False
         bad = first_bad_update(stats, runner, n)
-        sps = clock.tick(n)
+        sps = clock.tick(n, t_chunk)
 
         # Log every good update: its episodes, losses and (probed) diagnostics
         for i in range(n if bad is None else bad):
@@ -2314,21 +2379,116 @@ def cut_logs(run_dir: str, ckpt: dict) -> None:
         atomic_write(path, kept)
 
 
-class Phase:
-    """One line when a setup phase starts and one with its time when it ends, so that a first run on a CPU (minutes of
-    compiling) says what it is doing while it does it."""
+class CompileWatch:
+    """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
+    records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
+    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
+    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
+    cached and not counted."""
+    SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+             "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
+    ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
+                  "_cache_read": "loading a program from the compilation cache",
+                  "backend_compile_and_load": "compiling a program not in the compilation cache"}
 
-    def __init__(self, what: str, note: str = ""):
-        self.what, self.note = what, note
+    def __init__(self):
+        self.spans = []  # (start, end) wall times of every trace, lowering and compile
+        self.compiled = self.loaded = 0
+        self.hit = False
 
-    def __enter__(self):
-        self.t0 = time.time()
-        print(f"[{time.strftime('%H:%M:%S')}] {self.what}{' (' + self.note + ')' if self.note else ''} ...", flush=True)
+    def listen(self) -> "CompileWatch":
+        jax.monitoring.register_event_listener(self.event)
+        jax.monitoring.register_event_time_span_listener(self.span)
         return self
 
+    def event(self, event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.hit = True
+
+    def span(self, event: str, start: float, end: float, **kwargs) -> None:
+        if event not in self.SPANS:
+            return
+        self.spans.append((start, end))
+        if event == self.SPANS[-1]:
+            worth_caching = end - start >= jax.config.jax_persistent_cache_min_compile_time_secs
+            self.loaded, self.compiled = self.loaded + self.hit, self.compiled + (not self.hit and worth_caching)
+            self.hit = False
+
+    def seconds_between(self, t0: float, t1: float) -> float:
+        """Wall seconds of [t0, t1] spent tracing, lowering or compiling (nested traces counted once)."""
+        total, reached = 0.0, t0
+        for start, end in sorted(self.spans):
+            start, end = max(start, reached), min(end, t1)
+            if end > start:
+                total, reached = total + end - start, end
+        return total
+
+    @classmethod
+    def activity(cls, thread_id: int) -> str:
+        """What that thread does in JAX's compiler now ("" if nothing): Kinetix's level generator and no-op filter
+        take minutes to trace on a loaded CPU even when the cache has them, and minutes to compile when it has not."""
+        frame = sys._current_frames().get(thread_id)
+        while frame is not None:
+            if frame.f_code.co_name in cls.ACTIVITIES:
+                return cls.ACTIVITIES[frame.f_code.co_name]
+            frame = frame.f_back
+        return ""
+
+
+COMPILES = CompileWatch().listen()
+HEARTBEAT_SECONDS = 10.0  # while a phase runs, a line at least this often: a first run on a CPU compiles for minutes
+
+
+class Phase:
+    """A phase of the run, announced: a line when it starts, one every HEARTBEAT_SECONDS while it runs (saying whether
+    JAX is tracing, loading a program from the persistent compilation cache or compiling one it did not have, then
+    with `note`), and one with its time and what it compiled or loaded when it ends. quiet: only the periodic lines
+    and, after them, the last."""
+
+    def __init__(self, what: str, note: str = "", quiet: bool = False):
+        self.what, self.note, self.quiet = what, note, quiet
+
+    def __enter__(self):
+        self.t0, self.counts, self.beats = time.time(), (COMPILES.compiled, COMPILES.loaded), 0
+        self.done, self.thread_id = threading.Event(), threading.get_ident()
+        if not self.quiet:
+            self.say(f"{self.what} ...")
+        self.heartbeat = threading.Thread(target=self.beat, daemon=True)
+        self.heartbeat.start()
+        return self
+
+    def beat(self) -> None:
+        while not self.done.wait(self.until_next_beat()):
+            self.beats += 1
+            self.say(f"{self.what}: {time.time() - self.t0:.0f}s so far{self.status()}")
+
+    def until_next_beat(self) -> float:
+        """Seconds to the next multiple of HEARTBEAT_SECONDS since the start, so that a line a busy CPU delayed does
+        not delay the ones after it; at least half a period, so that a late line is not followed at once by another."""
+        wait = HEARTBEAT_SECONDS - (time.time() - self.t0) % HEARTBEAT_SECONDS
+        return wait if wait >= HEARTBEAT_SECONDS / 2 else wait + HEARTBEAT_SECONDS
+
+    def status(self, end: bool = False) -> str:
+        now = time.time()
+        compiled, loaded = COMPILES.compiled - self.counts[0], COMPILES.loaded - self.counts[1]
+        parts = []
+        if compiled or loaded:
+            parts.append(f"{compiled} program(s) compiled, {loaded} loaded from the compilation cache")
+        activity = "" if end else COMPILES.activity(self.thread_id)
+        if activity:
+            parts.append(activity + (f": {self.note}" if self.note and activity.startswith("compiling") else ""))
+        if end and parts:
+            parts.append(f"{COMPILES.seconds_between(self.t0, now):.0f}s of it tracing and compiling")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
     def __exit__(self, *exc):
-        if exc[0] is None:
-            print(f"[{time.strftime('%H:%M:%S')}] {self.what}: {time.time() - self.t0:.1f}s", flush=True)
+        self.done.set()
+        self.heartbeat.join()
+        if exc[0] is None and (not self.quiet or self.beats):
+            self.say(f"{self.what}: {time.time() - self.t0:.1f}s{self.status(end=True)}")
 
 
 class ActiveTimeLogger(RunLogger):

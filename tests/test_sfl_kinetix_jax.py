@@ -106,6 +106,20 @@ def test_placeholders_never_survive_a_full_refill():
     assert (buffer.score >= 0).all() and sorted(buffer.levels["id"].tolist()) == [0, 1, 2, 3]
 
 
+def test_per_device_top_k_keeps_each_parts_best_levels():
+    """--per-device-stats 2, as Kinetix on 2 devices: each half of the buffer keeps the best K/2 of its own half of
+    every scoring batch, even when the other half's levels are all more learnable."""
+    train, _, _ = fake_train(0, per_device_stats=2)
+    buffer = m.empty_buffer({"id": jnp.arange(4)}, 4)
+    p = jnp.array([0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.0])  # learnability falls from level 0 to level 7
+    buffer = train.merge(buffer, {"id": jnp.arange(8)}, p)
+    assert buffer.levels["id"].tolist() == [0, 1, 4, 5]  # over all 8 levels the top 4 would be 0, 1, 2, 3
+    buffer = train.merge(buffer, {"id": jnp.arange(10, 18)}, p[::-1])  # part 0 gets 10-13 (p 0 ... 0.05), part 1 14-17
+    assert buffer.levels["id"].tolist() == [0, 1, 17, 16]  # part 0 keeps its own; part 1's new 0.5 and 0.4 win
+    assert m.top_k_by_part(1, m.empty_buffer({"id": jnp.arange(4)}, 4), {"id": jnp.arange(8)}, p).levels["id"].tolist() \
+        == [0, 1, 2, 3]
+
+
 def test_buffer_and_fresh_levels_split_by_the_sample_ratio():
     n_fresh, n_buffer, k = 4, 4, 3
     fresh = {"src": jnp.zeros(n_fresh, jnp.int32), "id": jnp.arange(n_fresh)}
@@ -473,6 +487,35 @@ def test_many_episodes_are_logged_as_one_row_of_aggregates():
     assert stats.first_return.shape == (1, m.EPISODE_ROWS)  # what the host reads is bounded, whatever N
 
 
+def test_every_update_logs_the_gradient_norm_and_whether_clipping_bound():
+    """Two Adam steps of the fake env's agent: the pre-clipping global gradient norm (computed apart with jax.grad) and
+    the share of steps whose norm reached --max-grad-norm, so clipped, below or above the norm; both logged at an
+    update without diagnostics."""
+    train, params, _ = fake_train(0)
+    obs = jax.random.normal(jax.random.PRNGKey(1), (6, 2))
+    mb = m.Batch(obs=obs, action=jnp.array([[0], [1], [1], [0], [1], [0]]), logp=jnp.full(6, -0.7),
+                 advantages=jnp.linspace(-1.0, 1.5, 6), returns=jnp.ones(6), value=jnp.zeros(6))
+    hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0), ent_coef=jnp.float32(0.01),
+                    vf_coef=jnp.float32(0.5))
+    grads = jax.grad(lambda q: m.ppo_loss(m.Args(), train.network, hyper, q, q, mb)[0])(params)
+    norm = float(np.sqrt(sum(np.sum(np.square(np.asarray(g, np.float64))) for g in jax.tree.leaves(grads))))
+    for max_norm, clipped in ((norm / 2, 1.0), (norm * 2, 0.0)):
+        train, _, _ = fake_train(0, max_grad_norm=max_norm)
+        opt_state = m.make_optimizer(m.Args(max_grad_norm=max_norm)).init(params)
+        carry = m.UpdateCarry(train=m.TrainState(params, opt_state, params), probe=None, stat_sum=jnp.zeros(8),
+                              steps=jnp.zeros((), jnp.int32), stopped=jnp.zeros((), bool))
+        carry, _ = train.minibatch_step(hyper, carry, mb)
+        np.testing.assert_allclose(carry.stat_sum[6], norm, rtol=1e-5)
+        assert float(carry.stat_sum[7]) == clipped
+    logged = []
+    logger = types.SimpleNamespace(log=lambda step, it, scalars: logged.append(scalars))
+    stats = np.arange(len(m.STAT_NAMES), dtype=np.float64)
+    episodes = chunk_of(m.Episodes(*(jnp.zeros((1, 1), d) for d in (bool, jnp.float32, jnp.int32, bool))))
+    m.log_update(logger, m.Args(), {"learning_rate": 1e-4}, 1, stats, episodes, 0, 100.0, None)  # no diagnostics
+    assert logged[-1]["diagnostics/grad_norm"] == stats[m.STAT_NAMES.index("diagnostics/grad_norm")]
+    assert logged[-1]["diagnostics/grad_clip_frac"] == stats[m.STAT_NAMES.index("diagnostics/grad_clip_frac")]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Diagnostics buffer: nothing when off; bounded in the number of minibatch steps when on
 # ---------------------------------------------------------------------------------------------------------
@@ -609,6 +652,78 @@ def test_a_sessions_first_chunk_is_one_update():
     args.num_iterations = 100
     assert m.next_stop(0, args, first=True) == 1 and m.next_stop(1, args) == 5
     assert m.next_stop(40, args, first=True) == 41  # also a resumed session's
+
+
+def test_the_first_chunks_sps_leaves_out_its_compiling(monkeypatch):
+    """The first chunk (at t = 100 ... 160, 50 s of it compiling, nested spans counted once) logs its own steps over
+    its 10 s of running: not over the minute, nor over the time since the clock started (it read 'SPS 1')."""
+    watch = m.CompileWatch()
+    for event, start, end in [(m.CompileWatch.SPANS[0], 95.0, 130.0), (m.CompileWatch.SPANS[0], 100.0, 120.0),
+                              (m.CompileWatch.SPANS[2], 135.0, 150.0)]:
+        watch.span(event, start, end)
+    now = [20.0]
+    monkeypatch.setattr(m.time, "time", lambda: now[0])
+    clock = m.ChunkClock(64, 0.0, 0.0, compiles=watch)
+    assert watch.seconds_between(100.0, 160.0) == 45.0  # 100-130 and 135-150
+    now[0] = 160.0
+    assert clock.tick(2, chunk_start=100.0) == pytest.approx(2 * 64 / 15.0)
+    now[0] = 170.0
+    assert clock.tick(1, chunk_start=165.0) == pytest.approx(64 / 10.0)  # later: from the first chunk's end on
+    now[0] = 175.0
+    assert clock.tick(1, chunk_start=171.0) == pytest.approx(128 / 15.0)
+
+
+PHASE_CHECK = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from cleanrl_scaling import sfl_kinetix_jax as m
+import jax, jax.numpy as jnp
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+m.HEARTBEAT_SECONDS = 0.25
+
+def slow_to_compile(x):
+    for i in range(60):
+        x = jnp.sin(x) @ x + i
+    return x
+
+def slow_to_trace(x):
+    time.sleep(1.5)  # Python that runs while JAX traces, as Kinetix's level generator does for minutes
+    return x + 1
+
+x = jax.block_until_ready(jnp.ones((32, 32)))
+with m.Phase("traced"):
+    jax.jit(slow_to_trace)(x).block_until_ready()
+for attempt in ("cold", "warm"):
+    start = time.time()
+    with m.Phase(attempt, "NOTE"):
+        jax.jit(slow_to_compile)(x).block_until_ready()
+    print("took", attempt, time.time() - start, m.COMPILES.seconds_between(start, time.time()), flush=True)
+    jax.clear_caches()  # the second attempt asks the persistent cache again
+"""
+
+
+def test_a_phase_says_what_it_is_compiling_while_it_compiles(tmp_path):
+    """A program not in the persistent compilation cache: a line at least every heartbeat (0.25 s here) while it
+    compiles, saying so with the phase's note, and an end line counting it as compiled; asked again from the cache:
+    no note, counted as loaded. The compile time JAX's events report covers the phase. A slow trace says so."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", PHASE_CHECK, str(REPO)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    cold = [line for line in lines if "] cold" in line]
+    warm = [line for line in lines if "] warm" in line]
+    took = {line.split()[1]: [float(v) for v in line.split()[2:]] for line in lines if line.startswith("took")}
+    assert took["cold"][0] > 1.0, took  # long enough for several heartbeats
+    beats = [line for line in cold[1:-1] if "so far" in line]
+    assert len(beats) >= took["cold"][0] / 0.25 / 2, cold  # every 0.25 s, with slack for a loaded machine
+    assert any("compiling a program not in the compilation cache: NOTE" in line for line in beats), cold
+    assert "1 program(s) compiled, 0 loaded" in cold[-1], cold
+    assert took["cold"][1] > 0.8 * took["cold"][0], took  # tracing and compiling: nearly all of it
+    assert not any("NOTE" in line or "compiling a program" in line for line in warm), warm
+    assert "0 program(s) compiled, 1 loaded from the compilation cache" in warm[-1], warm
+    traced = [line for line in lines if "] traced" in line and "so far" in line]
+    assert traced and any("tracing a program" in line for line in traced), lines
 
 
 def test_buffer_refresh_answers_a_stop_between_scoring_batches():
@@ -803,6 +918,104 @@ def test_a_minibatch_gathers_only_its_own_env_group():
     assert groups == 4 and compiled.memory_analysis().temp_size_in_bytes < minibatch_bytes
 
 
+def normalized_by_hand(x, parts):
+    """numpy: each of `parts` equal slices of x minus its mean, over its standard deviation (n - 1) + 1e-8."""
+    split = np.asarray(x, np.float64).reshape(parts, -1)
+    return ((split - split.mean(1, keepdims=True)) / (split.std(1, ddof=1, keepdims=True) + 1e-8)).ravel()
+
+
+def test_advantages_are_normalised_per_part_with_per_device_stats():
+    """--per-device-stats G: the loss normalises the advantages over each of G slices of the minibatch (Kinetix on G
+    devices), and over the whole minibatch with G = 1."""
+    adv = jax.random.normal(jax.random.PRNGKey(0), (12,)) * jnp.arange(1.0, 13.0)
+    for parts in (1, 2, 4):
+        np.testing.assert_allclose(m.normalize_advantages(adv, parts), normalized_by_hand(adv, parts), rtol=1e-5,
+                                   atol=1e-6)
+    train, params, _ = fake_train(0)
+    obs = jax.random.normal(jax.random.PRNGKey(1), (12, 2))
+    logits = train.network.apply(params, obs)[0]
+    action = jnp.zeros((12, 1), jnp.int32)
+    newlogp = m.log_prob(logits, action)
+    behavior = newlogp + jnp.linspace(-0.4, 0.4, 12)  # ratios from 0.67 to 1.49: some clipped
+    mb = m.Batch(obs=obs, action=action, logp=behavior, advantages=adv, returns=jnp.zeros(12), value=jnp.zeros(12))
+    hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0), ent_coef=jnp.float32(0), vf_coef=jnp.float32(0))
+    ratio = np.exp(np.asarray(newlogp - behavior, np.float64))
+    for parts in (1, 2, 4):
+        a = normalized_by_hand(adv, parts)
+        expected = np.mean(np.maximum(-a * ratio, -a * np.clip(ratio, 0.8, 1.2)))
+        stats = m.ppo_loss(m.Args(per_device_stats=parts), train.network, hyper, params, params, mb)[1]
+        np.testing.assert_allclose(stats[0], expected, rtol=1e-5)
+
+
+def env_ids_of_minibatches(num_envs, num_steps, num_minibatches, form):
+    """The env index of every sample of each minibatch of one epoch, in minibatch order: [M, samples]."""
+    batch = jnp.broadcast_to(jnp.arange(num_envs), (num_steps, num_envs))
+    key = jax.random.PRNGKey(3)
+    if form == "trajectories":
+        order = m.trajectory_order(key, num_envs, num_minibatches)
+        return np.stack([m.take_trajectories(batch, order, i) for i in range(num_minibatches)])
+    groups = m.minibatch_layout(num_steps, num_minibatches)[1]
+    order = m.epoch_order(key, num_steps, num_envs, num_minibatches)[0]
+    return np.stack([m.take_minibatch(batch, order, i, groups) for i in range(num_minibatches)])
+
+
+@pytest.mark.parametrize("form, envs, steps, minibatches, parts", [
+    ("trajectories", 64, 4, 4, 4), ("trajectories", 64, 4, 8, 8), ("steps", 32, 4, 8, 4), ("steps", 64, 8, 16, 8)])
+def test_each_part_of_a_minibatch_holds_one_devices_envs(form, envs, steps, minibatches, parts):
+    """Slice g of every minibatch (what --per-device-stats normalises together) is all from envs g N/G ... (g+1) N/G - 1,
+    the envs device g holds when G devices split them, and the same number of samples from each of them."""
+    check = m.check_per_device_stats(m.Args(num_envs=envs, num_steps=steps, minibatch_form=form,
+                                            per_device_stats=parts, no_sfl=True), minibatches, 1)
+    assert check is None  # the configuration is one the script accepts
+    for ids in env_ids_of_minibatches(envs, steps, minibatches, form):
+        for g, part in enumerate(ids.reshape(parts, -1)):
+            assert part.min() >= g * envs // parts and part.max() < (g + 1) * envs // parts, (g, part)
+            assert len(set(np.bincount(part - g * envs // parts, minlength=envs // parts)) - {0}) == 1
+
+
+def per_device_check() -> dict:
+    """On the forced CPU devices of this process (json_on_devices): one epoch's minibatches of a [T, N] batch sharded
+    over the envs, normalised with --per-device-stats = the device count, and a buffer merge of a sharded scoring batch;
+    each device's shard of the results against numpy on that device's own shard of the inputs (what Kinetix's pmap
+    computes on it)."""
+    devices = jax.device_count()
+    mesh = m.env_mesh()
+    num_envs, num_steps, num_minibatches, k = 16 * devices, 8, 4, 2 * devices
+    adv = jax.device_put(jax.random.normal(jax.random.PRNGKey(5), (num_steps, num_envs)) * 3 + 1,
+                         NamedSharding(mesh, P(None, "envs")))
+    order = m.trajectory_order(jax.random.PRNGKey(6), num_envs, num_minibatches)
+    normalize = jax.jit(lambda a, i: m.normalize_advantages(m.take_trajectories(a, order, i), devices),
+                        out_shardings=NamedSharding(mesh, P("envs")))
+    take = jax.jit(lambda a, i: m.take_trajectories(a, order, i), out_shardings=NamedSharding(mesh, P("envs")))
+    adv_error = 0.0
+    for i in range(num_minibatches):
+        raw, got = take(adv, i), normalize(adv, i)
+        for raw_shard, got_shard in zip(raw.addressable_shards, got.addressable_shards):
+            assert raw_shard.device == got_shard.device
+            expected = normalized_by_hand(raw_shard.data, 1)
+            adv_error = max(adv_error, float(np.abs(np.asarray(got_shard.data) - expected).max()))
+    n = 8 * devices
+    p = jax.device_put(jax.random.uniform(jax.random.PRNGKey(7), (n,)), NamedSharding(mesh, P("envs")))
+    levels = {"id": jax.device_put(jnp.arange(n), NamedSharding(mesh, P("envs")))}
+    merged = jax.jit(functools.partial(m.top_k_by_part, devices))(m.empty_buffer({"id": jnp.arange(k)}, k), levels, p)
+    kept = np.asarray(merged.levels["id"]).reshape(devices, -1).tolist()
+    by_device = []
+    for shard_p, shard_ids in sorted(zip(p.addressable_shards, levels["id"].addressable_shards),
+                                     key=lambda shards: shards[0].index[0].start or 0):  # slice order
+        entries = list(zip(np.asarray(shard_ids.data).tolist(), np.asarray(shard_p.data).tolist()))
+        by_device.append(reference_top_k(entries, k // devices))
+    return {"devices": devices, "adv_error": adv_error, "kept": kept, "by_device": by_device}
+
+
+def test_per_device_stats_are_each_devices_own_on_four_devices():
+    """Four forced CPU devices, --per-device-stats 4: the advantages each device holds are normalised over exactly its
+    own part of the minibatch, and the buffer's slice d is the top K/4 of the levels device d scored, as under
+    Kinetix's pmap."""
+    got = json_on_devices("test_sfl_kinetix_jax", "t.per_device_check()", 4, timeout=600)
+    assert got["devices"] == 4 and got["adv_error"] < 1e-5, got
+    assert [sorted(x) for x in got["kept"]] == [sorted(x) for x in got["by_device"]], got
+
+
 def epoch_of_sums(stored, order, groups, num_minibatches):
     """A stand-in for an epoch: every minibatch gathered from the stored batch and read as the network reads it."""
     def step(total, index):
@@ -844,6 +1057,10 @@ def test_presets_resolve_to_b26(preset, envs, n, t, k, minibatches, lr):
     if preset != "2048":  # B26 Table 3: the same env transitions between buffer updates from 8k on
         assert envs * t * 256 == 8192 * 256 * 256
     assert n % args.sfl_filter_batch == 0 and n // args.sfl_filter_batch <= 8  # a few large scoring calls
+    # App. D: the 1M run used Kinetix's code on 128 GPUs, so per-device statistics; the others' GPUs are not stated
+    assert args.per_device_stats == (128 if preset == "1m" else 1)
+    if preset == "1m":  # a device's 8,192 envs: 8 of each of the 1,024 minibatches, 64 buffer levels
+        assert args.num_envs // 128 == 8 * minibatches and args.sfl_buffer_size // 128 == 64
 
 
 def test_defaults_are_the_2048_preset_and_flags_win_over_presets():
@@ -903,6 +1120,20 @@ def test_entity_network_sees_which_shape_a_thruster_or_joint_acts_on():
     third = int([p for p in np.flatnonzero(np.asarray(obs.polygon_mask[level])) if p not in (a, b)][0])
     moved = obs.replace(joint_indexes=obs.joint_indexes.at[level, 0, 0].set(third))
     assert not np.allclose(apply(params, moved)[0][level], logits[level], atol=1e-6)
+
+
+def test_an_index_past_the_shapes_reads_the_last_one_as_kinetix():
+    """Kinetix gathers a joint's or thruster's shape with x[index], which clamps an index past the end (and wraps -1);
+    take_along_axis's default gave NaN there, and a NaN message poisons every shape through the masked sum."""
+    x = jnp.arange(12.0).reshape(1, 4, 3)
+    got = m.gather_shapes(x, jnp.array([[0, 3, 4, 99, -1]]))
+    np.testing.assert_array_equal(got, x[0][jnp.array([0, 3, 4, 99, -1])][None])
+    np.testing.assert_array_equal(got[0, 2:], np.repeat(np.asarray(x[0, 3:]), 3, axis=0))
+    obs, _ = handmade_entity_obs()
+    net, params, apply = small_entity_net()
+    level, slot = (int(i[0]) for i in np.nonzero(~np.asarray(obs.thruster_mask, bool)))  # an absent thruster
+    far = obs.replace(thruster_indexes=obs.thruster_indexes.at[level, slot].set(1000))
+    np.testing.assert_array_equal(apply(params, far)[0], apply(params, obs)[0])  # it still has no effect at all
 
 
 def permute_entities(obs, key):
@@ -1047,6 +1278,10 @@ def run_main(argv):
     (["--train-levels", "s/h4_thrust_aim"], "add --no-sfl"),  # SFL picks among random levels
     (["--no-sfl", "--train-levels", "s/h4_thrust_aim", "m/h0_unicycle"], "--train-levels m/h0_unicycle"),
     (["--no-sfl", "--env-size", "m", "--train-levels", "s/h4_thrust_aim"], "--env-size m"),
+    (["--per-device-stats", "0"], "--per-device-stats"),
+    (["--per-device-stats", "3"], "--per-device-stats 3"),  # 2048 envs do not split in 3
+    (["--per-device-stats", "128"], "--per-device-stats 128"),  # 16 envs per part, fewer than the 32 minibatches
+    (["--per-device-stats", "8", "--sfl-buffer-size", "1020"], "--sfl-buffer-size 1020"),
 ])
 def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
     assert run_main(argv) == 2
@@ -1089,6 +1324,21 @@ def test_foreign_or_mismatched_checkpoint_exit_2(tmp_path, capsys):
     assert "--minibatch-form steps" in capsys.readouterr().err
     assert run_main(["--no-sfl", "--minibatch-form", "steps", "--resume", str(ckpt)]) == 2
     assert "--bootstrap-time-limit" in capsys.readouterr().err
+
+
+def test_computed_fields_are_not_flags(capsys):
+    """--batch-size and --num-iterations are computed from other flags: not in --help, refused as flags, still fields
+    the script writes."""
+    with pytest.raises(SystemExit):
+        tyro.cli(m.Args, args=["--help"])
+    shown = capsys.readouterr().out
+    assert "--num-envs" in shown and "--batch-size" not in shown and "--num-iterations" not in shown
+    with pytest.raises(SystemExit) as refused:
+        tyro.cli(m.Args, args=["--batch-size", "64"])
+    assert refused.value.code == 2
+    args = m.Args()
+    m.apply_scaling(args, m.validate(args, []))
+    assert args.batch_size == 2048 * 256 and args.num_iterations == args.total_timesteps // args.batch_size
 
 
 def test_bad_input_exit_2_in_a_fresh_process():
@@ -1155,7 +1405,7 @@ def test_smoke_run_directory(runs):
                 "charts/solve_rate_handmade", "sfl/learnability_mean", "sfl/learnability_max", "sfl/frac_learnable",
                 "sfl/filter_seconds", "diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean",
                 "diagnostics/ref_kl_mean", "diagnostics/update_size", "diagnostics/grad_norm",
-                "diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
+                "diagnostics/grad_clip_frac", "diagnostics/feature_rank", "diagnostics/dormant_frac", "diagnostics/weight_norm",
                 "diagnostics/grad_kurtosis", "diagnostics/ess_pct", "diagnostics/policy_variance"]
     assert not [t for t in required if t not in tags]
     for r in metrics:
@@ -1163,6 +1413,9 @@ def test_smoke_run_directory(runs):
             if k != "losses/explained_variance":
                 assert math.isfinite(v), (k, v)
     assert sorted(r["iteration"] for r in metrics if "sfl/learnability_mean" in r) == [0, 2]  # before updates 1, 3
+    for r in rows(runs["nodiag"]):  # the clipping readings at every update, also without diagnostics
+        if "losses/policy_loss" in r:
+            assert r["diagnostics/grad_norm"] > 0 and r["diagnostics/grad_clip_frac"] in (0.0, 0.25, 0.5, 0.75, 1.0)
     assert sorted(r["iteration"] for r in metrics if "charts/solve_rate_random" in r) == [0, 2, 4]  # 0: the initial policy
     for r in metrics:
         if "sfl/frac_learnable" in r:

@@ -25,6 +25,18 @@ def test_scripts_import_nothing_from_each_other(script):
         assert f"from cleanrl_scaling" not in text
 
 
+WITH_COMPUTED_FIELDS = [s for s in SCRIPTS if "    num_iterations:" in open(os.path.join(ROOT, "cleanrl_scaling", s)).read()]
+
+
+@pytest.mark.parametrize("script", WITH_COMPUTED_FIELDS)
+def test_computed_fields_are_hidden_from_help_in_every_script(script):
+    """batch_size and num_iterations are computed from other flags, in every script alike: --help does not offer them."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "cleanrl_scaling", script), "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--num-envs" in out.stdout and "--batch-size" not in out.stdout and "--num-iterations" not in out.stdout
+
+
 def test_sync_rewrites_a_drifted_copy(tmp_path):
     reference = open(os.path.join(ROOT, "cleanrl_scaling", shared_blocks.REFERENCE)).read()
     (tmp_path / shared_blocks.REFERENCE).write_text(reference)
