@@ -12,8 +12,8 @@
 #   SCALE=laptop: HalfCheetah-v4 and Walker2d-v4, 4 seeds, 2.1M steps (42 updates; at 1000 envs HalfCheetah's episodes
 #   end at 1.001M and 2.002M steps), diagnostics and KL profiles every 4 updates, 1000x50 and 100x500 only: 16 runs
 #   (HalfCheetah ~3-5 min, Walker2d 8-10 min on one core), 1.8 CPU-hours measured. The 1 x 2048 reference is left
-#   out: one env steps at ~1.2k SPS here, so its 8 runs alone would take ~3.5 CPU-hours, and H25's claim compares
-#   the two 50 000-sample settings (docs/reproducing/honari2025_fig1_bottom_fig3.md).
+#   out: one env steps at ~1.2k SPS on one core (docs/cluster.md), so its 8 runs alone would take ~3.5 CPU-hours,
+#   and H25's claim compares the two 50 000-sample settings (docs/reproducing/honari2025_fig1_bottom_fig3.md).
 #   bash benchmark/honari2025_nxt.sh
 #   DRY_RUN=1 bash benchmark/honari2025_nxt.sh              # print the commands only
 # Environment: SCALE (paper), RUNS_DIR (runs/honari2025_nxt), OUT_DIR (runs/figures), WORKERS (1), PYTHON (python),

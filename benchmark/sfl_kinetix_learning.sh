@@ -5,8 +5,9 @@
 # command to continue or to redraw). Then the random-level solve rate against steps
 # (OUT_DIR/sfl_kinetix_learning.png/.csv, the range of the seeds as the band) and the table of
 # benchmark/sfl_kinetix_learning.py (initial and final solve rates, buffer).
-# A laptop setting, not B26's (Table 2's 2048 x 256 batches at lr 5e-5 would give ~2 updates in 30 minutes here):
-# the MLP, 16 envs x 256 steps (one whole 256-step episode per env and update), 8 minibatches x 4 epochs, lr 5e-4;
+# A laptop setting, not B26's (Table 2's 2048 x 256 batches at lr 5e-5 would make only a few updates in a
+# 30-minute run on one core): the MLP, 16 envs x 256 steps (one whole 256-step episode per env and update),
+# 8 minibatches x 4 epochs, lr 5e-4;
 # SFL scores N = 128 levels for L = 512 steps (two episodes: a shorter L leaves most levels with no finished episode)
 # every T = 16 updates and keeps K = 32; evaluation on 100 random levels x 5 attempts before training, every 64
 # updates and at the end. ~30 min per run on one core, the first start longer (compiling Kinetix's level generator

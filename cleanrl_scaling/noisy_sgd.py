@@ -121,7 +121,8 @@ def expected_sq_distance(lrs: np.ndarray, noise_std: float, dim: int, x0: float)
 # Validation, seeding, the problem
 # ---------------------------------------------------------------------------------------------------------
 def validate(args) -> dict:
-    """Every user mistake is caught here, before anything is simulated or written (SPEC §6)."""
+    """Every user mistake is caught here, before anything is simulated or written
+    (docs/run_directory.md#failure-behaviour)."""
     check_finite_floats(args)
     check(args.dim >= 1, f"--dim must be >= 1 (got {args.dim})")
     check(args.learning_rate > 0, f"--learning-rate must be > 0 (got {args.learning_rate})")
@@ -153,8 +154,8 @@ def lr_at(step: int, args) -> float:
 
 
 def divergence_advice(step: int, lr: float, args) -> str:
-    """The flag to change after x overflowed at `step`: the one that set the step size in force then (issue 16.4:
-    after --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
+    """The flag to change after x overflowed at `step`: the one that set the step size in force then (after
+    --switch-step it is --switch-learning-rate, not --learning-rate); below 1, the noise or the start."""
     if lr < 1:
         return "lower --noise-std or --x0"
     return "lower --switch-learning-rate" if args.switch_step and step - 1 >= args.switch_step else "lower --learning-rate"
@@ -195,7 +196,7 @@ def mean_with_ci(values: np.ndarray) -> str:
 # Main: args -> validation -> run directories -> loop (gradient step, diagnostics, logging) -> summary
 # ---------------------------------------------------------------------------------------------------------
 def open_runs(args, resolved: dict, logged: list) -> list:
-    """Run directories: one per logged seed, each a complete SPEC §4 run (the aggregation averages over them)."""
+    """One run directory per logged seed, each complete (docs/run_directory.md); the aggregation averages over them."""
     env_id = resolved["env_id"]
     commit, versions = git_commit(), package_versions()
     loggers = []
@@ -347,7 +348,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -358,7 +360,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -387,7 +390,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):

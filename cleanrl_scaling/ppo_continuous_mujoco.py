@@ -592,7 +592,7 @@ def collect_rollout(envs, agent, storage, state, stats, normalizer, args, device
             # NEXT_STEP: the step after a done is a reset step; SAME_STEP (--cleanrl-compat, gymnasium) has none
             done = np.logical_or(term, trunc)
             reset_step = done & (not same_step)
-            next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: 5x cheaper
+            next_term = torch.as_tensor(term.astype(np.float32), device=device)  # cast in numpy: cheaper than in torch
             next_done = torch.as_tensor(done.astype(np.float32), device=device)
     return finished, NextStep(next_obs, next_done, next_term)
 
@@ -724,7 +724,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, ranks, probe=None, 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# Diagnostics (docs/metrics.md#diagnostics): read-only forward passes on a fixed state set, no RNG draws, no gradients
 # ---------------------------------------------------------------------------------------------------------
 def flat_numpy(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
@@ -844,7 +844,8 @@ def env_ids(backend: str) -> list:
 
 
 def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    """Every user mistake is caught here, before any env or network is built
+    (docs/run_directory.md#failure-behaviour)."""
     check_finite_floats(args)
     if args.cleanrl_compat:  # CleanRL's gymnasium wrappers keep their statistics per env
         args.norm_stats = "per-env"
@@ -916,7 +917,7 @@ def build_agent(args, obs_dim: int, act_dim: int, device) -> tuple:
                                                     "value": [[2]]}, SCRIPT)
     except UsageError as e:
         exit_usage(e)
-    # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor (4x faster here)
+    # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     loss_fn = maybe_compile(ppo_loss, args.compile)
     torch.manual_seed(args.seed)
@@ -1045,7 +1046,8 @@ def main():
     seed_everything(args, rank)
 
     # Envs: gymnasium MuJoCo envs continue from the checkpoint's physics state (bit-exact resume); envpool
-    # cannot save its state, so a resumed run restarts them with a fresh seed (SPEC §6)
+    # cannot save its state, so a resumed run restarts them with a fresh seed
+    # (docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     saved = ckpt["ranks"][rank] if ckpt else None
     restart = saved is not None and saved["envs"] is None
@@ -1110,7 +1112,7 @@ def main():
         ev = explained_variance(*(ranks.gather_envs(x, dim=1) for x in
                                   (storage.values, returns, valid_mask(storage.dones, args.cleanrl_compat))))
 
-        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
@@ -1175,7 +1177,7 @@ class Clock:
 
 def init_distributed(args) -> tuple:
     """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
-    (SPEC §7); a single process is world 1, rank 0."""
+    (docs/ppo_atari_envpool.md#implementation-details); a single process is world 1, rank 0."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -1214,7 +1216,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
 
 
 def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
-    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    """False on every rank if any rank's losses or parameters are not finite
+    (docs/run_directory.md#failure-behaviour)."""
     finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
     return all_ranks_agree(finite, world_size, device)
 
@@ -1359,7 +1362,8 @@ def describe_scaling(scaling: dict, args) -> str:
 
 # >>> shared:ppo-flags
 def check_ppo_flags(args) -> None:
-    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong
+    (docs/run_directory.md#failure-behaviour)."""
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
@@ -1396,7 +1400,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -1407,7 +1412,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -1436,7 +1442,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):
@@ -1836,9 +1842,10 @@ def compile_note(enabled: bool) -> str:
 
 
 # >>> shared:torch-distributed
-# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
-# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
-# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
+# torchrun = one process (docs/ppo_atari_envpool.md#implementation-details, "Data parallelism"): rank r holds envs
+# [r L, (r + 1) L) of the N = world_size x L, every rank draws the whole batch's random numbers from the same torch
+# stream, and every statistic the single process takes over the batch or a minibatch is reduced over the ranks'
+# shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
     """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
     divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is

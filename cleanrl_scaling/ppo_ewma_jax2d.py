@@ -517,7 +517,8 @@ def make_train(args) -> Train:
     tasks = jax.device_put(tasks, NamedSharding(mesh, P()))
 
     def shard_envs(tree):
-        """SPEC §7: the env axis is split over all devices; everything else is replicated."""
+        """The env axis is split over all devices; everything else is replicated
+        (docs/ppo_ewma_jax2d.md#diagnostics-checkpoints-devices)."""
         spec = NamedSharding(mesh, P("envs"))
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
@@ -626,7 +627,8 @@ def make_train(args) -> Train:
 
         return jax.lax.fori_loop(0, num_updates, body, (runner, probe, stats_buf, episodes_buf))
 
-    # Diagnostics (SPEC §5): recorded inside the probed update behind lax.cond, read-only, no training RNG draws
+    # Diagnostics (docs/metrics.md#diagnostics): recorded inside the probed update behind lax.cond, read-only, no
+    # training RNG draws
     def empty_probe(params) -> Probe:
         d, a = network.action_mask.shape
         num_policies = args.update_epochs * args.num_minibatches + 1
@@ -683,7 +685,7 @@ def make_train(args) -> Train:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5) from the probed update, on the host in float64
+# Diagnostics (docs/metrics.md#diagnostics) from the probed update, on the host in float64
 # ---------------------------------------------------------------------------------------------------------
 def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
     """A fixed, evenly strided subset of the batch: deterministic, so no draw from the training RNG."""
@@ -760,7 +762,8 @@ STAT_NAMES = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "loss
 
 
 def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    """Every user mistake is caught here, before any env or network is built
+    (docs/run_directory.md#failure-behaviour)."""
     check_finite_floats(args)
     check(args.env_id in ENV_SIZES, f"--env-id {args.env_id!r} is not one of {', '.join(ENV_SIZES)}")
     check(args.total_timesteps > 0, f"--total-timesteps must be > 0 (got {args.total_timesteps})")
@@ -937,7 +940,7 @@ def save_run_checkpoint(run_dir: str, args, signature: dict, iteration: int, wal
 
 def first_bad_update(stats: np.ndarray, runner: RunnerState, updates: int) -> Optional[int]:
     """The index of the chunk's first update with a non-finite loss (the last one if only the parameters are not
-    finite), or None (SPEC §6)."""
+    finite), or None (docs/run_directory.md#failure-behaviour)."""
     params_ok = all(np.isfinite(x).all() for x in jax.device_get(jax.tree.leaves(runner.train.params)))
     finite_rows = np.isfinite(stats[:updates, :7]).all(axis=1)
     if not finite_rows.all():
@@ -1201,7 +1204,8 @@ def describe_scaling(scaling: dict, args) -> str:
 
 # >>> shared:ppo-flags
 def check_ppo_flags(args) -> None:
-    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong
+    (docs/run_directory.md#failure-behaviour)."""
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
@@ -1238,7 +1242,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -1249,7 +1254,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -1278,7 +1284,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):

@@ -223,7 +223,8 @@ class EnvpoolProcgen:
         return obs, reward, term, trunc, {"elapsed_step": info["elapsed_step"]}
 
     def get_state(self):
-        return None  # envpool cannot read its C++ env state: a resumed run restarts the envs (SPEC §6)
+        # envpool cannot read its C++ state: a resumed run restarts the envs (docs/run_directory.md#checkpoints-and-resume)
+        return None
 
     def close(self):
         self.envs.close()
@@ -608,7 +609,7 @@ def minibatch_gradient(agent, batch, idx, args, autocast, loss_fn, ranks) -> Los
     total = torch.zeros(len(LossStats._fields), device=valid.device)
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
-        obs = batch.obs.index_select(0, j)  # 20x faster than batch.obs[j] on uint8 frames
+        obs = batch.obs.index_select(0, j)  # much faster than batch.obs[j] on uint8 frames
         with autocast():
             loss, stats = loss_fn(agent, obs, batch.actions[j], batch.logprobs[j], advantages[c:c + chunk],
                                   batch.returns[j], batch.values[j], valid[c:c + chunk], count, args)
@@ -648,7 +649,7 @@ def update(agent, optimizer, batch, args, mb_size, autocast, ranks, probe=None, 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients
+# Diagnostics (docs/metrics.md#diagnostics): read-only forward passes on a fixed state set, no RNG draws, no gradients
 # ---------------------------------------------------------------------------------------------------------
 def flat_numpy(tensors) -> np.ndarray:
     return np.concatenate([t.detach().reshape(-1).float().cpu().numpy() for t in tensors])
@@ -758,7 +759,8 @@ SCRIPT = "ppo_procgen"
 
 
 def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    """Every user mistake is caught here, before any env or network is built
+    (docs/run_directory.md#failure-behaviour)."""
     check_finite_floats(args)
     check(args.env_id in GAMES, f"--env-id {args.env_id!r} is not a Procgen game (e.g. starpilot, bigfish, coinrun)")
     # the (game, mode) pairs Procgen defines are the ones envpool registers (e.g. no bigfish extreme)
@@ -904,7 +906,7 @@ def make_probe(agent, batch, args, autocast, device, ranks):
     idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
     diag_obs = ranks.gather_rows(batch.obs, idx, args.num_envs)
     diag_actions = ranks.gather_rows(batch.actions, idx, args.num_envs)
-    # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+    # 128-state forwards keep conv activations in the CPU caches
     chunk = 128 if device.type == "cpu" else args.update_chunk_size
     if ranks.rank != 0:
         return None
@@ -971,7 +973,8 @@ def main():
     seed_everything(args, rank)
 
     # Envs. procgen's games save their state, so a resumed run continues them bit for bit; envpool's cannot,
-    # so a resumed envpool run restarts them with a fresh seed (SPEC §6)
+    # so a resumed envpool run restarts them with a fresh
+    # seed (docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     saved_envs = ckpt["envs"][rank] if ckpt else None
     continue_games = saved_envs is not None and saved_envs["games"] is not None
@@ -1036,7 +1039,7 @@ def main():
         # explained variance over all ranks' samples, in one process's layout
         ev = explained_variance(*(ranks.gather_envs(x, dim=1) for x in (storage.values, returns, valid)))
 
-        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
@@ -1101,7 +1104,7 @@ class Clock:
 
 def init_distributed(args) -> tuple:
     """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
-    (SPEC §7); a single process is world 1, rank 0."""
+    (docs/ppo_atari_envpool.md#implementation-details); a single process is world 1, rank 0."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -1140,7 +1143,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
 
 
 def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
-    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    """False on every rank if any rank's losses or parameters are not finite
+    (docs/run_directory.md#failure-behaviour)."""
     finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
     return all_ranks_agree(finite, world_size, device)
 
@@ -1285,7 +1289,8 @@ def describe_scaling(scaling: dict, args) -> str:
 
 # >>> shared:ppo-flags
 def check_ppo_flags(args) -> None:
-    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong
+    (docs/run_directory.md#failure-behaviour)."""
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
@@ -1322,7 +1327,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -1333,7 +1339,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -1362,7 +1369,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):
@@ -1738,9 +1745,10 @@ def compile_note(enabled: bool) -> str:
 
 
 # >>> shared:torch-distributed
-# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
-# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
-# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
+# torchrun = one process (docs/ppo_atari_envpool.md#implementation-details, "Data parallelism"): rank r holds envs
+# [r L, (r + 1) L) of the N = world_size x L, every rank draws the whole batch's random numbers from the same torch
+# stream, and every statistic the single process takes over the batch or a minibatch is reduced over the ranks'
+# shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
     """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
     divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is

@@ -489,7 +489,7 @@ def minibatch_gradient(q_network, batch, idx, args, autocast, loss_fn, ranks) ->
     total = torch.zeros(len(LossStats._fields), device=valid.device)
     for c in range(0, len(idx), chunk):
         j = idx[c:c + chunk]
-        obs = batch.obs.index_select(0, j)  # 20x faster than batch.obs[j] on uint8 frames
+        obs = batch.obs.index_select(0, j)  # much faster than batch.obs[j] on uint8 frames
         with autocast():
             loss, stats = loss_fn(q_network, obs, batch.actions[j], batch.targets[j], valid[c:c + chunk], count,
                                   args.td_loss_coef)
@@ -524,7 +524,7 @@ def update(q_network, optimizer, batch, args, mb_size, autocast, ranks, probe=No
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): read-only forward passes on a fixed state set, no RNG draws, no gradients.
+# Diagnostics (docs/metrics.md#diagnostics): read-only forward passes on a fixed state set, no RNG draws, no gradients.
 # The policy-ratio metrics (kl_behavior, DDR, ESS, seq/ref KL, policy variance) have no PQN counterpart
 # worth its cost (docs/metrics.md); greedy_change is what the KL of two epsilon-greedy policies measures.
 # ---------------------------------------------------------------------------------------------------------
@@ -626,7 +626,8 @@ def parse_args(argv=None):
 
 
 def validate(args) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    """Every user mistake is caught here, before any env or network is built
+    (docs/run_directory.md#failure-behaviour)."""
     check_finite_floats(args)
     envpool = import_envpool()
     atari_ids = [e for e in envpool.list_all_envs() if e.endswith("-v5") and not e.startswith(("Procgen", "dm_"))]
@@ -758,7 +759,7 @@ def make_probe(q_network, b_obs, args, autocast, device, ranks):
     the ranks that hold them."""
     idx = torch.as_tensor(diagnostic_states(args.batch_size, args.diagnostics_states), device=device)
     diag_obs = ranks.gather_rows(b_obs, idx, args.num_envs)
-    # 128-state forwards keep conv activations in the CPU caches (1.4x faster than 512 here)
+    # 128-state forwards keep conv activations in the CPU caches
     chunk = 128 if device.type == "cpu" else args.update_chunk_size
     return DiagnosticProbe(q_network, diag_obs, autocast, chunk) if ranks.rank == 0 else None
 
@@ -813,7 +814,8 @@ def main():
         print("resolved: " + ", ".join(f"{k}={v:g}" for k, v in scaling.items()) + f", num_iterations={args.num_iterations}")
     seed_everything(args, rank)
 
-    # Envs (envpool cannot save its state: a resumed run restarts them with a fresh seed, SPEC §6)
+    # Envs (envpool cannot save its state: a resumed run restarts them with a fresh seed,
+    # docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
     with Phase(f"starting {local_envs} {args.env_id} envs" + (f" and {args.eval_envs} evaluation envs"
@@ -878,7 +880,7 @@ def main():
             loss_stats, grad_norm, _ = update(q_network, optimizer, batch, args, scaling["minibatch_size"],
                                               autocast, ranks, probe, loss_fn)
 
-        # Non-finite loss or parameters: stop, keep the last good checkpoint (SPEC §6)
+        # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
         if not all_finite(loss_stats, q_network, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
@@ -944,7 +946,7 @@ class Clock:
 
 def init_distributed(args) -> tuple:
     """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
-    (SPEC §7); a single process is world 1, rank 0."""
+    (docs/ppo_atari_envpool.md#implementation-details); a single process is world 1, rank 0."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -983,7 +985,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
 
 
 def all_finite(loss_stats: np.ndarray, model, world_size: int, device) -> bool:
-    """False on every rank if any rank's losses or parameters are not finite (SPEC §6)."""
+    """False on every rank if any rank's losses or parameters are not finite
+    (docs/run_directory.md#failure-behaviour)."""
     finite = np.isfinite(loss_stats).all() and all(torch.isfinite(p).all() for p in model.parameters())
     return all_ranks_agree(finite, world_size, device)
 
@@ -1149,7 +1152,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -1160,7 +1164,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -1189,7 +1194,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):
@@ -1565,9 +1570,10 @@ def compile_note(enabled: bool) -> str:
 
 
 # >>> shared:torch-distributed
-# torchrun = one process (SPEC §7): rank r holds envs [r L, (r + 1) L) of the N = world_size x L, every rank draws
-# the whole batch's random numbers from the same torch stream, and every statistic the single process takes over
-# the batch or a minibatch is reduced over the ranks' shares. A batch row is t * N + n globally, t * L + n - rL here.
+# torchrun = one process (docs/ppo_atari_envpool.md#implementation-details, "Data parallelism"): rank r holds envs
+# [r L, (r + 1) L) of the N = world_size x L, every rank draws the whole batch's random numbers from the same torch
+# stream, and every statistic the single process takes over the batch or a minibatch is reduced over the ranks'
+# shares. A batch row is t * N + n globally, t * L + n - rL here.
 def allreduce_gradients(agent, world_size):
     """Sum gradients over ranks with one flat all-reduce: each rank's loss is its share of the minibatch's sum
     divided by the whole minibatch's count, so the sum is the single process's gradient. A rank whose share is

@@ -2019,7 +2019,8 @@ def describe_scaling(scaling: dict, args) -> str:
 
 # >>> shared:ppo-flags
 def check_ppo_flags(args) -> None:
-    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong (SPEC §6)."""
+    """CleanRL's PPO flags, one flag per message, so that it names only what the user got wrong
+    (docs/run_directory.md#failure-behaviour)."""
     check(args.update_epochs >= 1, f"--update-epochs must be >= 1 (got {args.update_epochs})")
     check(0 <= args.gamma <= 1, f"--gamma must lie in [0, 1] (got {args.gamma})")
     check(0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1] (got {args.gae_lambda})")
@@ -2055,7 +2056,8 @@ def git_commit() -> Optional[str]:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file (SPEC §6)."""
+    """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
+    (docs/run_directory.md#checkpoints-and-resume)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -2066,7 +2068,8 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Create `path` if needed and write a file in it: an impossible --runs-dir (under /proc, a file, read-only)
-    is then one line and exit 2 before anything heavy starts (SPEC §6), not a traceback after the envs are built."""
+    is then one line and exit 2 before anything heavy starts (docs/run_directory.md#failure-behaviour), not a traceback
+    after the envs are built."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write_test{os.getpid()}")
@@ -2095,7 +2098,7 @@ def claim_run_dir(path: str) -> str:
 
 
 class RunLogger:
-    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (SPEC §4, §7)."""
+    """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
     def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
                  headline: str = "charts/episodic_return"):

@@ -1,4 +1,4 @@
-"""Helpers of the benchmark/beukman2026_fig*.sh tests (issue 17): run a figure script, read its DRY_RUN grid, write
+"""Helpers of the benchmark/beukman2026_fig*.sh tests: run a figure script, read its DRY_RUN grid, write
 finished run directories for that grid in a real run's exact format, and check the figures the script draws.
 
 tests/test_benchmark_scripts.py checks the grids and budgets from DRY_RUN; tests/test_ppo_ewma_jax2d.py draws every

@@ -13,7 +13,7 @@ from cleanrl_scaling.utils import aggregate, atari_scores
 
 
 def write_run(root, env_id, exp_name, seed, rows, stamp=1000, status="finished", **args):
-    """A SPEC §4 run directory with metrics.jsonl rows [(global_step, {tag: value})]."""
+    """A run directory (docs/run_directory.md) with metrics.jsonl rows [(global_step, {tag: value})]."""
     while (root / f"{env_id}__{exp_name}__{seed}__{stamp}").exists():  # other flags, same second
         stamp += 1
     run = root / f"{env_id}__{exp_name}__{seed}__{stamp}"
@@ -48,7 +48,7 @@ def test_mean_ci_hand_values():
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [2.0], [3.0], [4.0], [5.0]]))
     half = 2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975, 4} * s / sqrt(5), s^2 = 10/4
     assert mean[0] == 3.0 and lo[0] == pytest.approx(3.0 - half) and hi[0] == pytest.approx(3.0 + half)
-    for band in ("auto", "ci95"):  # 4 seeds: never a t-interval (SPEC §9), the seeds' range instead
+    for band in ("auto", "ci95"):  # 4 seeds: never a t-interval (docs/pipeline.md#bands), the seeds' range instead
         mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [2.0], [3.0], [4.0]]), band=band)
         assert (mean[0], lo[0], hi[0]) == (2.5, 1.0, 4.0)
     mean, lo, hi = aggregate.mean_ci(np.array([[1.0], [3.0]]), band="std")
@@ -277,7 +277,7 @@ def test_usage_errors(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 17: per-step means, default bootstrap size, panels, sweeps with a tuned-away key, KL profiles
+# Per-step means, default bootstrap size, panels, sweeps with a tuned-away key, KL profiles
 # ---------------------------------------------------------------------------------------------------------
 def test_curves_average_the_episodes_that_end_in_the_same_step(tmp_path):
     """With N >= 8 envs several episodes end in one logged step: the curve goes through their mean, not through one
@@ -351,7 +351,7 @@ def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
                            "--group-by", "ewma_com", "--best-over", "anneal_lr", "--logx", "--out", str(out)]) == 0
     rows = {(r["group"], float(r["learning_rate"])): r for r in read_csv(f"{out}.csv")}
     assert len(rows) == 4
-    half = 0.5  # seeds 1 and 2: the error bar is their range (SPEC §9: no t-interval from 2 seeds)
+    half = 0.5  # seeds 1 and 2: the error bar is their range (docs/pipeline.md#bands: no t-interval from 2 seeds)
     for (group, lr), r in rows.items():
         com = int(group.split("=")[1])
         assert float(r["mean"]) == pytest.approx(com + 100 * lr + 0.5 + 1.5)
@@ -363,7 +363,7 @@ def test_sweep_shows_the_best_of_the_tuned_away_key(tmp_path):
 
 
 def test_sweep_draws_one_panel_per_task_and_never_pools_their_returns(tmp_path):
-    """Issue 15: Ant returns in the thousands and Humanoid's in the hundreds are not averaged into one line; each
+    """Ant returns in the thousands and Humanoid's in the hundreds are not averaged into one line; each
     task has its own panel and its own CSV rows (hand values: the last-10% score is the last logged value here)."""
     runs = tmp_path / "runs"
     for env_id, scale in (("Ant-v4", 1000.0), ("Humanoid-v4", 100.0)):
@@ -411,7 +411,7 @@ def test_kl_profile_of_the_best_run_per_setting(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 38: bands SPEC §9 allows, the final-window statistic the pages state, tables (issue 43)
+# Bands (docs/pipeline.md#bands), the final-window statistic the pages state, tables
 # ---------------------------------------------------------------------------------------------------------
 def test_bands_are_clipped_to_the_metric_range_and_bootstrap_by_hand(tmp_path):
     ess = np.array([[99.0], [100.0], [100.0], [99.5], [100.0]])  # the t-interval's top is 100.3: ESS % stops at 100

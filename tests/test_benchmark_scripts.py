@@ -1,4 +1,4 @@
-"""benchmark/*.sh (issue 17): each Jax2D script's grid, budgets and refusals from its DRY_RUN output, Fig. 3a's
+"""benchmark/*.sh: each Jax2D script's grid, budgets and refusals from its DRY_RUN output, Fig. 3a's
 reloads, one WORKERS default, and the H25 scripts drawing their KL profiles. Every script drawing its figures from run directories is tested in test_ppo_ewma_jax2d.py, whose real
 tiny run serves as the template (helpers: tests/jax2d_figures.py)."""
 import csv
@@ -101,7 +101,7 @@ def test_fig3a_reloads_each_finished_run_once(tmp_path):
 
 
 def test_workers_default_is_one_everywhere():
-    """One WORKERS default, stated once in benchmark/README.md (issue 17)."""
+    """One WORKERS default, stated once in benchmark/README.md."""
     defaults = {p.name: re.findall(r"WORKERS=\$\{WORKERS:-(\d+)\}", p.read_text())
                 for p in (REPO / "benchmark").glob("*.sh")}
     assert {d for found in defaults.values() for d in found} == {"1"}
@@ -156,7 +156,7 @@ def dry_run(script, **env):
 
 
 def test_m25_coverage_and_gamma_laptop_grids(tmp_path):
-    """SCALE=laptop (issue 14): one game, 2 seeds, 250k (Fig. 2, run here) or 500k steps, features saved for the
+    """SCALE=laptop: one game, 2 seeds, 250k (Fig. 2, run here) or 500k steps, features saved for the
     coverage metric."""
     grids = {"mayor2025_fig2": ({("8", "128"), ("32", "32"), ("128", "8")}, None, "250000"),
              "mayor2025_fig9": ({("8", "128"), ("32", "128")}, None, "500000"),
@@ -235,7 +235,7 @@ def test_sfl_dry_runs_print_b26_grids(tmp_path):
 
 
 def test_h25_and_b26_laptop_grids(tmp_path):
-    """SCALE=laptop (issue 13): H25 on HalfCheetah and Walker2d, 4 seeds, 2.1M steps, KL profiles every 4 of the 42
+    """SCALE=laptop: H25 on HalfCheetah and Walker2d, 4 seeds, 2.1M steps, KL profiles every 4 of the 42
     updates (the 1 x 2048 reference left out). B26's laptop grids: test_b26_jax2d_main_runs_* below."""
     both = {"HalfCheetah-v4", "Walker2d-v4"}
     mb = [parse_flags(c) for c in commands(dry_run("honari2025_minibatch", SCALE="laptop", RUNS_DIR=tmp_path / "m").stdout)]
@@ -268,7 +268,7 @@ def mujoco_runs(script, tmp_path, **env):
 
 
 def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
-    """Issue 15: the laptop grids of the three MuJoCo substitutes, each run's minibatches and lr as ppo_continuous_mujoco
+    """The laptop grids of the three MuJoCo substitutes, each run's minibatches and lr as ppo_continuous_mujoco
     resolves them (checked by hand: base 64 x 32 = 2048 samples in 32 minibatches of 64, lr 3e-4), and Fig. 8's N
     runs being exactly Fig. 9's larger-minibatches runs, so that the shared RUNS_DIR runs them once."""
     import tyro
@@ -321,7 +321,7 @@ def test_mujoco_recipe_grids_resolve_as_their_pages_say(tmp_path):
     ("beukman2026_fig9_mujoco", ["beukman2026_fig9_mujoco", "beukman2026_fig13_mujoco", "beukman2026_fig14_mujoco"]),
     ("mayor2025_fig8_mujoco", ["mayor2025_fig8_mujoco", "mayor2025_fig8_mujoco_by_batch"])])
 def test_mujoco_recipe_scripts_draw_one_figure_per_task(script, names, tmp_path):
-    """Issue 15: every figure of the MuJoCo substitutes is drawn per task (NAME_<env_id>), from that task's runs
+    """Every figure of the MuJoCo substitutes is drawn per task (NAME_<env_id>), from that task's runs
     only: Ant's returns are never averaged with Humanoid's. Drawn from finished runs of the script's own grid, so
     the launcher starts nothing."""
     runs, out_dir = tmp_path / "recipes", tmp_path / "figures"
@@ -369,7 +369,7 @@ def test_mujoco_recipe_scripts_refuse_bad_settings_in_one_line(env, words, tmp_p
 
 
 def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
-    """benchmark/sfl_kinetix_learning.sh (issue 11): SFL and --no-sfl at the same budget and seeds, every command valid
+    """benchmark/sfl_kinetix_learning.sh: SFL and --no-sfl at the same budget and seeds, every command valid
     for the script; benchmark/sfl_kinetix_learning.py reads initial and final solve rates back from run directories."""
     import tyro
     from cleanrl_scaling import sfl_kinetix_jax as sfl
@@ -414,7 +414,7 @@ def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
 
 
 def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
-    """Issue 40: Fig. 1a at laptop scale is KungFuMaster, 3 seeds, 1M steps, N x T = 1024 three ways; the rule script
+    """M25 Fig. 1a at laptop scale is KungFuMaster, 3 seeds, 1M steps, N x T = 1024 three ways; the rule script
     judges finished runs by the header's rule (values worked out by hand below)."""
     out = dry_run("mayor2025_fig1a", SCALE="laptop", CORES="1", RUNS_DIR=tmp_path / "1a")
     assert out.returncode == 0, out.stderr
@@ -521,7 +521,7 @@ def fake_atari_run(root, seed: int, n: int, t: int, level: float, epochs: int = 
 
 
 def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
-    """Issue 40: Fig. 1b at laptop scale runs only N x4 and T x4 (6 runs) and reads Fig. 1a's 8x128 runs as its
+    """M25 Fig. 1b at laptop scale runs only N x4 and T x4 (6 runs) and reads Fig. 1a's 8x128 runs as its
     base; drawing (DRAW_ONLY) writes the curves, Figs. 3-4 and every rule table, with the outcomes of the header's
     rule on made-up runs: 32x128 > 8x512 > 8x128 in every metric."""
     out = dry_run("mayor2025_fig1b", SCALE="laptop", RUNS_DIR=tmp_path / "1b")
@@ -555,7 +555,7 @@ def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
 
 
 def test_m25_fig1c_laptop_runs_epochs_x2_and_reads_the_4_epoch_arms(tmp_path):
-    """Issue 40: Fig. 1c at laptop scale runs 8 epochs at N 8 and 32 (6 runs); the 4-epoch arms are Fig. 1a's 8x128
+    """M25 Fig. 1c at laptop scale runs 8 epochs at N 8 and 32 (6 runs); the 4-epoch arms are Fig. 1a's 8x128
     and Fig. 1b's 32x128 runs; other T do not join. Made-up finals: (4, 8) 5, (8, 8) 1, (8, 32) 6, (4, 32) 7."""
     out = dry_run("mayor2025_fig1c", SCALE="laptop", RUNS_DIR=tmp_path / "1c")
     runs = [parse_flags(c) for c in commands(out.stdout)]
@@ -585,7 +585,7 @@ def test_m25_fig1c_laptop_runs_epochs_x2_and_reads_the_4_epoch_arms(tmp_path):
 
 
 def test_b26_jax2d_pilot_grid_and_refusals(tmp_path):
-    """Issue 39's pilot: SCALE=laptop only; B26's 32 x 8 inner loop on 16 tasks of a task seed that is not the main
+    """The Jax2D pilot: SCALE=laptop only; B26's 32 x 8 inner loop on 16 tasks of a task seed that is not the main
     runs' (31), five COMs 4 apart and plain PPO at two epsilons, one seed, 200 updates; RESUME=1 resumes."""
     out = dry_run("beukman2026_jax2d_pilot", SCALE="laptop", RUNS_DIR=tmp_path / "p", RESUME=1)
     assert out.returncode == 0, out.stderr
@@ -631,7 +631,7 @@ def laptop_runs(script, tmp_path, **env):
 
 
 def test_b26_jax2d_main_runs_grids_from_the_placement(tmp_path):
-    """Issue 39's main runs (SCALE=laptop): the pilot's placement sets the COM grid, U and C*; 16 tasks of task seed
+    """The Jax2D main runs (SCALE=laptop): the pilot's placement sets the COM grid, U and C*; 16 tasks of task seed
     31, B26's 32 x 8 inner loop, evaluation every 20 updates x 20 episodes, 3 seeds. Fig. 5a: the grid at 64 envs;
     Fig. 5b: four epsilons; Fig. 7a: N = 16 at C*/4 and C* (N = 64 is Fig. 5a's); Fig. 8: nothing new; Fig. 3a:
     phase 1 at C_low and C* for U/2 updates."""

@@ -63,8 +63,8 @@ def test_pipeline_by_hand_with_the_identity_embedding(tmp_path):
 
 
 def test_coverage_band_is_the_seeds_range_below_five_seeds_and_stays_in_0_1():
-    """SPEC §9: 2 seeds draw their range, never a t-interval (which here would reach below 0); from 5 seeds a t-CI
-    clipped to coverage's range [0, 1]."""
+    """2 seeds draw their range, never a t-interval (which here would reach below 0); from 5 seeds a t-CI clipped
+    to coverage's range [0, 1] (docs/pipeline.md#bands)."""
     assert coverage.mean_band([0.01, 0.05]) == pytest.approx((0.03, 0.01, 0.05))
     mean, lo, hi = coverage.mean_band([0.0, 0.0, 0.0, 0.0, 0.05])
     assert mean == pytest.approx(0.01) and lo == 0.0 and hi > 0.01

@@ -1,20 +1,20 @@
-"""Golden numerics (issue 41): a tiny fixed-seed CPU run of each script must log exactly the numbers recorded in
+"""Golden numerics: a tiny fixed-seed CPU run of each script must log exactly the numbers recorded in
 tests/golden/<script>.json before the script was restructured, so moving code around cannot change what it computes.
 
 Every float in metrics.jsonl (losses, charts, diagnostics), kl_profile.jsonl and summary.json is compared for
 equality after a JSON round trip (Python writes floats with repr, so equal text means bit-identical float64).
 Only wall-clock fields are dropped (wall_time, SPS; sfl_kinetix_jax's filter_seconds and filter_share). The default
-runs use --no-compile (a compile costs ~30 s per run). Measured here: two compiled runs of ppo_atari_envpool in
+runs use --no-compile (a compile adds tens of seconds to each run). Measured here: two compiled runs of ppo_atari_envpool in
 separate processes are bit-identical to each other, but differ from the eager run in the last bits (e.g. policy loss
 -0.000474613 vs -0.000474594), so the compiled path has its own golden file, checked by a slow test (pytest -m slow).
 The two JAX scripts run with single-threaded Eigen (a dot split over a thread pool could sum in an order that depends
 on the core count) at XLA's default optimisation level, set here and not taken from the environment: the numbers
 depend on XLA_FLAGS (-O0, which their own tests use, gives other numbers: another episode ends in ppo_ewma_jax2d's
 run). ppo_ewma_jax2d's run repeats bit for bit in separate processes, with a cold and a warm compilation cache, and
-takes ~50 s here with a warm cache (~30 s of CPU; ~5 min cold), so it is in the default run. sfl_kinetix_jax's
-compiles Kinetix's level sampler (~10 min cold, ~2.3 min warm on this loaded 2-core machine), so its test is slow;
+is quick with a warm compilation cache (minutes cold), so it is in the default run. sfl_kinetix_jax's
+compiles Kinetix's level sampler (minutes, even with a warm compilation cache), so its test is slow;
 its run too repeats bit for bit in two processes.
-Each run is of a copy of the script in a temp dir outside the package, without PYTHONPATH (issue 41: a copied
+Each run is of a copy of the script in a temp dir outside the package, without PYTHONPATH (a copied
 script still runs alone), so the same run also checks that.
 Bit identity holds on one kind of CPU only: each golden file records the SIMD flags of the CPU it was recorded on
 ("machine"). On another CPU the same code rounds differently (seen on moving from the first machine to an AVX-512

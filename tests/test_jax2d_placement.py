@@ -1,4 +1,4 @@
-"""benchmark/beukman2026_jax2d_placement.py (issue 39's pilot rule) on synthetic run directories with hand-computed
+"""benchmark/beukman2026_jax2d_placement.py (the Jax2D pilot's rule) on synthetic run directories with hand-computed
 answers, and the prefix property the main runs' design relies on (Fig. 8's budgets as prefixes of one run, Fig. 3a
 reusing the Fig. 5a runs), checked on the tiny configuration of tests/test_ppo_ewma_jax2d.py."""
 import csv

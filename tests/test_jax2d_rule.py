@@ -1,4 +1,4 @@
-"""benchmark/beukman2026_jax2d_rule.py (issue 39): every figure's pre-set rule on made-up finished run directories
+"""benchmark/beukman2026_jax2d_rule.py: every figure's pre-set rule on made-up finished run directories
 (config.json + metrics.jsonl rows as ppo_ewma_jax2d.py writes them), with the verdicts worked out by hand below."""
 import csv
 import importlib.util

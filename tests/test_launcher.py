@@ -125,7 +125,7 @@ def write_run(root, name, config, status=None):
 
 def test_skip_finished_never_counts_a_run_without_argv(fake_script, tmp_path, capsys):
     """A config.json without argv cannot say which grid point it is: its run is rerun (with a warning), never
-    guessed from a subset of its values (issue 17: that counted PPO-EWMA runs as plain-PPO points)."""
+    guessed from a subset of its values (a subset would count PPO-EWMA runs as plain-PPO points)."""
     runs = tmp_path / "runs"
     args = {"exp_name": "fake_train", "env_id": "A-v5", "learning_rate": 0.1, "seed": 1, "ewma_com": 2.0}
     write_run(runs, "A-v5__fake_train__1__1", {"script": "fake_train", "args": args}, "finished")
@@ -137,7 +137,7 @@ def test_skip_finished_never_counts_a_run_without_argv(fake_script, tmp_path, ca
 
 
 def test_skip_finished_ppo_ewma_run_is_not_the_plain_ppo_point(fake_script, tmp_path, capsys):
-    """B26 Fig. 6 (issue 17): after the COM runs finished, the epsilon grid's --clip-coef 0.2 still has to run; only
+    """B26 Fig. 6: after the COM runs finished, the epsilon grid's --clip-coef 0.2 still has to run; only
     a run started with exactly that point's flags counts. Statuses other than finished never count."""
     runs = tmp_path / "runs"
     common = ["--total-timesteps", "1000", "--update-epochs", "4"]

@@ -1,5 +1,5 @@
 """benchmark/_learning_comparison.py and the comparisons on it: the final statistic, the bootstrap rule, the arms of
-ours and their commands, the verdict printed from run directories (issue 44: ppo_atari_learning)."""
+ours and their commands, the verdict printed from run directories (benchmark/ppo_atari_learning.py)."""
 import json
 import os
 import subprocess

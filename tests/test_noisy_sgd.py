@@ -163,9 +163,9 @@ def test_divergence_stops_with_status_diverged(tmp_path):
     (["--switch-learning-rate", "0.1"], "--switch-learning-rate"),
     (["--num-seeds", "0"], "--num-seeds"),
     (["--resume", "x.ckpt"], "--resume"),
-    (["--noise-std", "inf"], "--noise-std"),  # issue 10: refused, not reported as a divergence to fix by the lr
+    (["--noise-std", "inf"], "--noise-std"),  # refused, not reported as a divergence to fix by the lr
     (["--learning-rate", "nan"], "--learning-rate"),
-    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir"),  # issue 10: was a traceback
+    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir"),  # one line, not a traceback
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, flags, flag):
     monkeypatch.chdir(tmp_path)
@@ -178,14 +178,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, flags, 
 
 
 def test_one_seed_prints_no_nan_confidence_interval():
-    """Issue 16.4: one seed printed '+- nan (95% CI over 1 seeds)'."""
+    """One seed prints no '+- nan (95% CI over 1 seeds)'."""
     one = ns.mean_with_ci(np.array([0.5]))
     assert one.startswith("0.5 (one seed") and "nan" not in one
     assert ns.mean_with_ci(np.array([1.0, 3.0])) == "2 +- 2 (95% CI over 2 seeds)"  # 1.96 * sqrt(2) / sqrt(2)
 
 
 def test_progress_bar_shows_the_distance_not_a_return(tmp_path, capsys):
-    """Issue 16.4: noisy SGD has no episodes, and its bar showed 'ret=nan' for the whole run."""
+    """Noisy SGD has no episodes: its bar must not show 'ret=nan' for the whole run."""
     logger = ns.RunLogger(str(tmp_path / "run"), {}, ns.Args(progress="bar"), 10, headline="charts/neg_distance")
     logger.log(0, 0, {"charts/neg_distance": -7.07})
     logger.progress(5, 100.0)
@@ -195,7 +195,7 @@ def test_progress_bar_shows_the_distance_not_a_return(tmp_path, capsys):
 
 
 def test_divergence_after_the_switch_names_the_switch_step_size(tmp_path, monkeypatch, capsys):
-    """Issue 16.4: a step size >= 1 set by --switch-learning-rate was reported as 'lower --learning-rate'."""
+    """A step size >= 1 set by --switch-learning-rate is blamed on --switch-learning-rate, not --learning-rate."""
     monkeypatch.setattr(sys, "argv", ["noisy_sgd.py", "--runs-dir", str(tmp_path / "runs"), "--learning-rate", "0.1",
                                       "--switch-step", "10", "--switch-learning-rate", "1.5", "--total-steps", "3000",
                                       "--num-seeds", "1", "--log-every", "100", "--progress", "none"])

@@ -338,7 +338,7 @@ class LockstepProbe:
 
 
 def test_each_step_of_an_update_is_cleanrls_step_whatever_the_layout_compiler_and_adam():
-    """Issue 44: the default mode computes differently from CleanRL (compiled loss, channels-last, fused Adam, loss
+    """The default mode computes differently from CleanRL (compiled loss, channels-last, fused Adam, loss
     chunks). With CleanRL's episode semantics (all samples valid) and the same minibatches, each of the 16 steps of
     one whole update (4 epochs x 4 minibatches, CleanRL's defaults), from the same weights and Adam moments, lands
     on CleanRL's step up to float rounding."""
@@ -608,7 +608,8 @@ def test_batch_messages_speak_of_the_users_batch():
 
 
 def test_resolved_line_shows_the_base_only_where_it_is_used():
-    """Issue 16.4: every run printed base_num_envs=8, base_minibatch_size=256 and scale, recipe or not."""
+    """The resolved line shows the base (base_num_envs, base_minibatch_size, scale) only where a recipe or an lr
+    scaling uses it."""
     plain = m.describe_scaling(resolve(num_envs=16), m.Args(num_envs=16))
     assert plain == "resolved: batch_size=2048, minibatch_size=512, num_minibatches=4, learning_rate=0.00025"
     kw = dict(num_envs=16, lr_scaling="sqrt")
@@ -664,7 +665,7 @@ def test_the_recipe_is_pure_arithmetic():
     (dict(update_epochs=0), "--update-epochs"),
 ])
 def test_each_ppo_flag_message_names_only_that_flag(kw, flag):
-    """Issue 16.4: '--gae-lambda 2' used to be told that '--gamma and --gae-lambda must lie in [0, 1]'."""
+    """'--gae-lambda 2' is told about --gae-lambda only, not '--gamma and --gae-lambda must lie in [0, 1]'."""
     m.check_ppo_flags(m.Args())  # the defaults pass
     with pytest.raises(m.UsageError) as err:
         m.check_ppo_flags(m.Args(**kw))
@@ -676,7 +677,7 @@ FLOAT_FLAGS = [f.name for f in dataclasses.fields(m.Args) if isinstance(getattr(
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 def test_non_finite_float_flags_are_refused(value):
-    """Issue 10: --ent-coef inf trained and then stopped on NaN (exit 3); every float flag is now refused."""
+    """A non-finite float flag is refused up front (--ent-coef inf would train, then stop on NaN with exit 3)."""
     assert {"learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm"} <= set(FLOAT_FLAGS)
     m.check_finite_floats(m.Args())
     for name in FLOAT_FLAGS + ["target_kl"]:  # target_kl: Optional[float], None by default
@@ -724,7 +725,7 @@ def test_keys_added_later_take_the_value_an_older_checkpoint_implies(tmp_path):
 
 
 def test_progress_says_no_episode_has_ended_instead_of_nan(tmp_path, capsys):
-    """Issue 16.2: the first progress line came before any episode ended and printed 'return nan'."""
+    """A progress line before any episode has ended prints no 'return nan'."""
     logger = m.RunLogger(str(tmp_path / "lines"), {}, m.Args(progress="lines"), total_steps=100)
     logger.progress(16, 1000.0)
     first = capsys.readouterr().out
@@ -765,8 +766,8 @@ BAD_INPUTS = [
     (["--total-timesteps", "10"], "--total-timesteps"),
     (["--diagnostics-every", "-1"], "--diagnostics-every"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
-    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: trained, then stopped on NaN with exit 3
-    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir"),  # issue 10: a traceback after the envs were built
+    (["--ent-coef", "inf"], "--ent-coef"),  # would train, then stop on NaN with exit 3
+    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir"),  # one line, not a traceback after the envs are built
 ]
 
 

@@ -493,7 +493,7 @@ def test_diagnostics_do_not_change_training(tmp_path):
     (["--norm-clip", "0"], "--norm-clip"),
     (["--capture-video"], "--capture-video"),
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
-    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: non-finite coefficients are refused up front
+    (["--ent-coef", "inf"], "--ent-coef"),  # non-finite coefficients are refused up front
     (["--max-grad-norm", "nan"], "--max-grad-norm"),
     (["--gae-lambda", "1.5"], "--gae-lambda must"),
 ])
@@ -505,7 +505,7 @@ def test_bad_input_exits_2_naming_the_flag(argv, flag, capsys, tmp_path):
 
 
 def test_unwritable_runs_dir_exits_2_before_envs_are_built(capsys, monkeypatch):
-    """Issue 10: an impossible --runs-dir ended in a traceback after the envs and the agent were built."""
+    """An impossible --runs-dir is one line and exit 2, not a traceback after the envs and the agent are built."""
     monkeypatch.setattr(m, "make_envs", lambda *a, **k: pytest.fail("envs built before --runs-dir was checked"))
     assert run_main([*TINY, "--runs-dir", "/proc/cleanrl_scaling/runs"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -218,14 +218,14 @@ MAKE_TRAIN = m.make_train
 
 def shared_make_train(args):
     """m.make_train, once per program-relevant configuration: the script traces Kinetix's step afresh for every run
-    (tens of seconds here), and the tiny runs below differ only in RUNTIME_FIELDS."""
+    (tens of seconds), and the tiny runs below differ only in RUNTIME_FIELDS."""
     key = tuple((k, v) for k, v in sorted(dataclasses.asdict(args).items()) if k not in RUNTIME_FIELDS)
     key += (args.ewma_com > 0, args.num_iterations if args.anneal_lr else None)
     if key not in shared_make_train.made:
         train = MAKE_TRAIN(args)
-        # the evaluation, unlike the training chunk, runs longer than it compiles: a 257-step while loop of the
-        # physics took 20 s at -O0 against 5 s at XLA's -O2 (+7 s of compile), measured here, and the runs below
-        # evaluate ~10 times; so it alone is compiled at -O2 (every comparison is still between runs of one program)
+        # the evaluation, unlike the training chunk, runs longer than it compiles: its 257-step while loop of the
+        # physics runs several times faster at XLA's -O2 than at -O0, compile included, and the runs below evaluate
+        # ~10 times; so it alone is compiled at -O2 (every comparison is still between runs of one program)
         evaluate = jax.jit(train.evaluate.__wrapped__, static_argnames="attempts",
                            compiler_options={"xla_backend_optimization_level": 2})
         shared_make_train.made[key] = train._replace(evaluate=evaluate)
@@ -334,7 +334,7 @@ def test_smoke_run_directory(runs):
     assert config["resolved"]["batch_size"] == BATCH and config["resolved"]["num_minibatches"] == 2
     assert config["args"]["num_iterations"] == 4 and config["args"]["ewma_com"] == 2.0
     assert config["script"] == "ppo_ewma_jax2d" and config["devices"] == 1
-    # the launcher's --skip-finished matches a grid point on exactly these flags (issue 17)
+    # the launcher's --skip-finished matches a grid point on exactly these flags
     assert config["argv"] == tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2) + [
         "--runs-dir", os.path.dirname(run_dir)]
     metrics = rows(run_dir)
@@ -528,17 +528,17 @@ def test_train_chunk_compiles_once_on_four_devices():
 @pytest.mark.parametrize("argv, flag", [
     (["--num-envs", "0"], "--num-envs"),
     (["--num-minibatches", "3"], "--num-minibatches"),
-    # the message speaks of the user's batch (8 x 16), not of the 2048-env base (issue 16)
+    # the message speaks of the user's batch (8 x 16), not of the 2048-env base
     (["--num-tasks", "8", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "3"], "the batch 8x16=128"),
     (["--ewma-com", "-1"], "--ewma-com"),
     (["--env-id", "Jax2D-Walker"], "--env-id"),
     (["--env-id", "Jax2D-Locomotion-m"], "--env-id"),  # kinetix's generator cannot build a robot in the m scene
     (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
     (["--imp-samp-max", "0.5"], "--imp-samp-max"),
-    (["--ent-coef", "inf"], "--ent-coef"),  # issue 10: refused up front, not trained into a NaN stop
+    (["--ent-coef", "inf"], "--ent-coef"),  # refused up front, not trained into a NaN stop
     (["--ewma-com", "nan"], "--ewma-com"),
-    (["--hidden-size", "0"], "--hidden-size must"),  # names only the flag at fault (issue 16.4)
-    # issue 10: the error is reported under the flag the user gave
+    (["--hidden-size", "0"], "--hidden-size must"),  # names only the flag at fault
+    # the error is reported under the flag the user gave
     (["--init-from", "/nonexistent/latest.ckpt"], "--init-from: no checkpoint"),
     (tiny(1) + ["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write"),
     (["--clip-coef", "-0.1"], "--clip-coef"),
@@ -554,7 +554,7 @@ def test_bad_inputs_exit_2_naming_the_flag(argv, flag, capsys):
 
 
 def test_clip_coef_zero_is_allowed():
-    """B26 Fig. 6b trains PPO with eps = 0 (issue 17): the objective is defined there, so validation accepts it."""
+    """B26 Fig. 6b trains PPO with eps = 0: the objective is defined there, so validation accepts it."""
     scaling = m.validate(m.Args(clip_coef=0.0, num_tasks=8, num_envs=8, num_steps=16, num_minibatches=2))
     assert scaling["batch_size"] == BATCH
 
@@ -588,7 +588,7 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
 
 
 def test_benchmark_scripts_draw_their_figures(runs, tmp_path):
-    """Issue 17: each of the nine Jax2D figure scripts and the issue-39 pilot draws its figures (PNG, PDF, CSV) from finished run directories
+    """Each of the nine Jax2D figure scripts and the Jax2D pilot draws its figures (PNG, PDF, CSV) from finished run directories
     in the exact format of this module's real tiny run (tests/jax2d_figures.py); the CSVs hold the known answers."""
     from jax2d_figures import draw_every_figure
 

@@ -321,7 +321,7 @@ def runs(tmp_path_factory):
     smoke: envpool, separate encoders, diagnostics, test returns, saved model (no --compile: a cold
     compile of the IMPALA loss costs about a minute);
     bf16: --bf16 with diagnostics, two iterations of 8 steps (bf16 convolutions are emulated on CPUs without
-    AVX-512-BF16: ~10x slower than fp32, so the full smoke run under --bf16 took 90-420 s here);
+    AVX-512-BF16, many times slower than fp32, too slow for the full smoke run);
     plain / probed: procgen backend, 4 iterations, diagnostics and evaluation off / on every iteration;
     half: the same as plain for 2 iterations, then resumed to 4."""
     root = tmp_path_factory.mktemp("procgen_runs")

@@ -28,7 +28,7 @@ NO_AUTOCAST = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny batches gain nothing from a second thread, and on a shared machine OpenMP's spinning threads make
-    every forward pass 10-30x slower (measured): this module runs on one."""
+    every forward pass many times slower: this module runs on one."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -537,7 +537,8 @@ def copy_run(run_dir, dst, torch_rng=None):
 
 
 def test_resume_is_bit_exact_given_the_checkpoint(runs, tmp_path):
-    """envpool cannot save its state, so a resumed run restarts its envs (SPEC §6); everything else comes from
+    """envpool cannot save its state, so a resumed run restarts its envs (docs/run_directory.md#checkpoints-and-resume);
+    everything else comes from
     the checkpoint: two resumes of one checkpoint agree bit for bit, and one with another RNG state does not."""
     _, out = runs
     base = out["plain"][0]

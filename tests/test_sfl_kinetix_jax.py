@@ -323,7 +323,7 @@ def test_level_batch_is_per_device(monkeypatch):
 
 
 def test_host_calls_for_levels_do_not_grow_with_the_envs(monkeypatch):
-    """Issue 36, item 9: making an update's fresh levels, or a scoring batch, costs the host the same compiled calls and
+    """Making an update's fresh levels, or a scoring batch, costs the host the same compiled calls and
     host <-> device copies at 16 and 64 envs (1 device, level batch 4): the filter and the generator loop over their
     level-batch steps on the devices. Each counted program is one jitted program, and the level path runs no other
     device work; before, every step of level-batch keys per device was its own host slice, transfer and call (here
@@ -449,7 +449,8 @@ def test_scoring_rollout_counts_completed_episodes_on_the_same_level():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Episode logging: one row per episode up to 1,024 per iteration, aggregates beyond (SPEC §4)
+# Episode logging: one row per episode up to 1,024 per iteration, aggregates beyond
+# (docs/sfl_kinetix_jax.md#logging-and-diagnostics-at-large-n)
 # ---------------------------------------------------------------------------------------------------------
 def chunk_of(*updates):
     """EpisodeStats of several updates stacked as the chunk returns them, fetched to numpy."""
@@ -536,7 +537,7 @@ def fake_chunk(diagnostics_every: int):
 
 
 def test_the_training_chunk_is_the_same_program_with_diagnostics_on_or_off():
-    """Issue 41: the training chunk carries no probe and no diagnostics branch (a separate pass replays the probed
+    """The training chunk carries no probe and no diagnostics branch (a separate pass replays the probed
     update), so diagnostics cannot change training; with diagnostics off no diagnostics program is built."""
     lowered = {}
     for every in (0, 1):
@@ -1223,7 +1224,7 @@ MAKE_TRAIN = m.make_train
 
 def shared_make_train(args):
     """m.make_train, once per program-relevant configuration: the in-process runs below then share the traced and
-    compiled programs (tracing Kinetix's level generator takes minutes here). The two most recent are kept, as the
+    compiled programs (tracing Kinetix's level generator takes minutes). The two most recent are kept, as the
     lru_cache(maxsize=2) of the script's build() before make_train."""
     key = tuple((k, v) for k, v in sorted(dataclasses.asdict(args).items()) if k not in RUNTIME_FIELDS)
     key += (args.diagnostics_every > 0, args.num_iterations if args.anneal_lr else None)
@@ -1349,7 +1350,7 @@ def test_bad_input_exit_2_in_a_fresh_process():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# End-to-end runs (slow: Kinetix's level sampler takes minutes to trace and compile here)
+# End-to-end runs (slow: Kinetix's level sampler takes minutes to trace and compile)
 # ---------------------------------------------------------------------------------------------------------
 TRAINING_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
                  "losses/explained_variance", "charts/episodic_return", "charts/episodic_length",
@@ -1729,7 +1730,7 @@ def test_train_chunk_compiles_once_on_one_device():
     """A chunk returns its state as it took it, so a run (and a resumed run) compiles the chunk once: not again on
     the second chunk, inside the timed SPS, nor on a chunk split around a diagnostics pass; the diagnostics pass
     compiles once for two diagnostics iterations, and replays the chunk's update exactly. Slow: tracing Kinetix's step
-    for the chunk takes about a minute here."""
+    for the chunk takes about a minute."""
     result = chunk_compiles(tiny(6, diagnostics_every=2))
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
     assert result["diagnose_compiles"] == 1 and result["probe_steps"] == 4, result  # 2 diagnostics iterations

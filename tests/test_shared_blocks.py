@@ -50,7 +50,7 @@ def test_sync_rewrites_a_drifted_copy(tmp_path):
 
 
 def test_layout_flags_a_shared_block_above_the_marked_line(tmp_path):
-    """Issue 41: below the marked line every shared block but the flag groups; no line yet = listed, not failed."""
+    """Below the marked line every shared block but the flag groups; no line yet = listed, not failed."""
     block = "# >>> shared:{0}\ndef {1}():\n    pass\n# <<< shared:{0}\n"
     args = block.format("run-args", "run_args")
     good = args + "def main():\n    pass\n" + shared_blocks.MARK + "\n" + block.format("errors", "check") + "main()\n"

@@ -1,4 +1,4 @@
-"""The throughput benchmarks' option checks and table arithmetic (issue 16): a bad option is one line and exit 2
+"""The throughput benchmarks' option checks and table arithmetic: a bad option is one line and exit 2
 before the minutes of measuring, one value of a list option works, and no table shows a NaN. Nothing is timed."""
 import argparse
 import importlib.util
@@ -44,7 +44,7 @@ def jax2d_opts(**kw):
 
 
 def test_one_mem_envs_value_gives_a_sentence_not_a_traceback(jax2d):
-    """Issue 16.1: --mem-envs 2048 ended in 'ValueError: not enough values to unpack' at the extrapolation."""
+    """A single --mem-envs value (2048) extrapolates without 'ValueError: not enough values to unpack'."""
     def never(n):
         raise AssertionError("nothing to measure without a slope")
     said = jax2d.largest_that_fits({2048: 3.0}, 24.0, never)
@@ -110,7 +110,7 @@ def test_mujoco_benchmark_refuses_bad_options_before_measuring(kw, flag, capsys)
 
 
 def test_mujoco_table_cells_never_show_nan():
-    """Issue 16.4: without --cleanrl the table printed 'nan' for CleanRL's SPS and both ratios."""
+    """Without --cleanrl the table prints no 'nan' for CleanRL's SPS and both ratios."""
     mujoco = load("ppo_continuous_mujoco_throughput")
     assert mujoco.cell(None) == "-" and mujoco.cell(math.nan) == "timeout" and mujoco.cell(1234.4) == "1234"
     assert mujoco.ratio(300.0, None) == "-" and mujoco.ratio(300.0, math.nan) == "-" and mujoco.ratio(300.0, 200.0) == "1.50"

@@ -1,4 +1,5 @@
-"""torchrun = one process (SPEC §7; the "Data parallelism" paragraphs of docs/*.md).
+"""torchrun = one process (the "Data parallelism" paragraphs of docs/ppo_atari_envpool.md, docs/ppo_procgen.md,
+docs/pqn_atari.md; docs/ppo_continuous_mujoco.md#scaling-and-torchrun).
 
 Slow, per torch script: a run under `torchrun --nproc-per-node 2` (gloo, CPU) and a single-process run of the same
 tiny config log the same per-iteration losses, explained variance and diagnostics at iteration 1 (within 1e-5

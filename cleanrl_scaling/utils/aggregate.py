@@ -113,7 +113,7 @@ def mean_ci(values: np.ndarray, level: float = 0.95, band: str = "auto", limits:
         if kind == "std":
             half = sd
         else:
-            from scipy import stats  # ~0.7 s to import: only the t band needs it
+            from scipy import stats  # slow to import, and only the t band needs it
             half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
         lo, hi = mean - half, mean + half
     if limits is not None:

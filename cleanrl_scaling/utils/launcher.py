@@ -186,7 +186,7 @@ def run_env(num_threads: int) -> dict:
 
 # two runs whose names differ only by the second they read are launched this far apart, so their names get distinct
 # time stamps (the scripts' claim_run_dir would otherwise add "-2"): the name's one-second resolution plus start-up
-# jitter (two processes launched 1.05 s apart read their clocks 0.94 s apart on a loaded 2-core machine)
+# jitter, which on a loaded machine lets two processes launched just over a second apart read the same second
 NAME_GAP = 2.0
 
 
