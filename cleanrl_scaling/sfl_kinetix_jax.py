@@ -687,7 +687,7 @@ def buffer_stats(buffer: LevelBuffer) -> dict:
 
 def level_blocks(num_from_buffer: int, num_fresh: int) -> int:
     """g = gcd(B, F): the envs' blocks of level assignment, each of B/g buffer and F/g fresh levels. It depends on B and
-    F only, never on the device count, so one device gives the result of many (SPEC §7)."""
+    F only, never on the device count, so one device gives the result of many (docs/sfl_kinetix_jax.md#checkpoints-failures-devices)."""
     return math.gcd(num_from_buffer, num_fresh)
 
 
@@ -797,7 +797,7 @@ def episode_stats(episodes: Episodes) -> EpisodeStats:
 
 
 def episode_rows(stats: EpisodeStats, i: int) -> list:
-    """Update i's episode log rows (SPEC §4): one per finished episode up to EPISODE_ROWS, else one row of the mean
+    """Update i's episode log rows (docs/sfl_kinetix_jax.md#logging-and-diagnostics-at-large-n): one per finished episode up to EPISODE_ROWS, else one row of the mean
     with _count, _min and _max."""
     count = int(stats.count[i])
     if count <= EPISODE_ROWS:
@@ -1065,7 +1065,7 @@ def make_train(args) -> Train:
     num_from_buffer = sfl_counts(args)[0]  # round(rho N), 0 with --no-sfl
 
     def shard_envs(tree):
-        """SPEC §7: the env (or level) axis is split over all devices; everything else is replicated."""
+        """docs/sfl_kinetix_jax.md#checkpoints-failures-devices: the env (or level) axis is split over all devices; everything else is replicated."""
         spec = NamedSharding(mesh, P("envs"))
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
@@ -1204,7 +1204,7 @@ def make_train(args) -> Train:
         return jax.lax.fori_loop(start, stop, body, (runner, stats_buf, episodes_buf))
 
     def diagnose(hyper: Hyper, fresh, runner: RunnerState, index):
-        """The diagnostics pass (SPEC §5): update `index` of a chunk replayed from the runner before it (which carries
+        """The diagnostics pass (docs/metrics.md#diagnostics): update `index` of a chunk replayed from the runner before it (which carries
         the key: the same levels, rollout and minibatches) with the probe recording it. Training never reads what it
         returns: the probe, and the replayed train state (to check that the replay is the chunk's update)."""
         replayed, probe, _, _ = update_iteration(hyper, tree_take(fresh, index), runner, probed=True)
@@ -1265,7 +1265,7 @@ def make_train(args) -> Train:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Diagnostics (SPEC §5): a separate pass replays the probed update and records the probe (the training chunk has
+# Diagnostics (docs/metrics.md#diagnostics): a separate pass replays the probed update and records the probe (the training chunk has
 # none; no training RNG draws); the host computes them in float64
 # ---------------------------------------------------------------------------------------------------------
 def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
@@ -1440,7 +1440,7 @@ def sfl_counts(args) -> tuple:
 
 
 def validate(args, argv: list) -> dict:
-    """Every user mistake is caught here, before any env or network is built (SPEC §6)."""
+    """Every user mistake is caught here, before any env or network is built (docs/run_directory.md#failure-behaviour)."""
     apply_preset(args, argv)
     check_finite_floats(args)
     check(args.env_size in ENV_SIZES, f"--env-size {args.env_size!r} is not one of {', '.join(ENV_SIZES)}")
@@ -1600,7 +1600,7 @@ def run_chunk(train: Train, hyper: Hyper, fresh, runner: RunnerState, n: int, pr
     """The chunk's n updates: (runner, stats, episodes, probe), stats and episodes fetched (global values, the same
     on every process). With probe_at (a diagnostics iteration) the chunk runs as two calls split there, and the
     diagnostics pass replays update probe_at from the runner between them: one update's extra compute, and training
-    goes on from the chunk's own state (SPEC §5)."""
+    goes on from the chunk's own state (docs/metrics.md#diagnostics)."""
     if probe_at is None:
         runner, stats, episodes = train.train_chunk(hyper, fresh, runner, 0, n)
         return (runner, *fetch((stats, episodes)), None)
@@ -1732,7 +1732,7 @@ def agreed_stop(stop) -> bool:
 
 def first_bad_update(stats: np.ndarray, runner: RunnerState, updates: int) -> Optional[int]:
     """The index of the chunk's first update with a non-finite loss (the last one if only the parameters are not
-    finite), or None (SPEC §6); the same decision on every process (gathered values)."""
+    finite), or None (docs/run_directory.md#failure-behaviour); the same decision on every process (gathered values)."""
     params_ok = all(np.isfinite(x).all() for x in fetch(jax.tree.leaves(runner.train.params)))
     finite_rows = np.isfinite(stats[:updates, :7]).all(axis=1)
     if not finite_rows.all():
@@ -2581,7 +2581,7 @@ def use_every_visible_gpu() -> None:
 
 
 def env_mesh() -> Mesh:
-    """SPEC §7: one mesh axis "envs" over every device of every process (jax.devices() is the global list)."""
+    """docs/sfl_kinetix_jax.md#checkpoints-failures-devices: one mesh axis "envs" over every device of every process (jax.devices() is the global list)."""
     return Mesh(np.array(jax.devices()), ("envs",))
 
 

@@ -10,8 +10,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 FILES = sorted([*REPO.glob("cleanrl_scaling/*.py"), *REPO.glob("cleanrl_scaling/utils/*"),
                 *REPO.glob("benchmark/*"), *REPO.glob("tests/*.py")])
-# sfl_kinetix_jax.py's own citations (outside its shared blocks) are rewritten separately; drop it here then
-NOT_YET = {"cleanrl_scaling/sfl_kinetix_jax.py"}
 UNFOLLOWABLE = re.compile(r"\bSPEC\b\s*(§|\.md)|\bissues?[ -]#?\d", re.IGNORECASE)
 DOCS_LINK = re.compile(r"\bdocs/([\w./-]+?\.md)(?:#([\w-]+))?")
 
@@ -24,7 +22,7 @@ def rel(path: Path) -> str:
     return str(path.relative_to(REPO))
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if rel(p) not in NOT_YET], ids=rel)
+@pytest.mark.parametrize("path", FILES, ids=rel)
 def test_no_citation_of_the_internal_contract_or_an_issue_number(path):
     found = [f"{rel(path)}:{n}: {line.strip()}" for n, line in enumerate(text(path).splitlines(), 1)
              if UNFOLLOWABLE.search(line)]
