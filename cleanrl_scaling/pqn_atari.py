@@ -87,8 +87,7 @@ class Args(ScalingArgs, RunArgs):
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
     tf32: bool = True
-    """on CUDA, TF32 tensor cores for fp32 matmuls and convolutions (faster on Ampere and later GPUs, 10-bit
-    mantissa inputs); --no-tf32 keeps full fp32. No effect on CPU (docs/gpu.md)"""
+    """on CUDA, TF32 tensor cores for fp32 matmuls and convolutions (faster on Ampere and later GPUs, 10-bit mantissa inputs); --no-tf32 keeps full fp32. No effect on CPU (docs/gpu.md)"""
     capture_video: bool = False
     """(CleanRL flag; envpool renders no frames) rejected with a clear message if set"""
     bf16: bool = False

@@ -95,8 +95,7 @@ class Args(ScalingArgs, RunArgs):
     capture_video: bool = False
     """(CleanRL flag) not supported here: rejected with a clear message if set"""
     preset: str = "none"
-    """2048 | 8192 | 65536 | 1m: B26 Table 3's SFL values with Table 2's PPO values and the env count (the 1m preset
-    adds App. D's hybrid recipe); flags given on the command line win over the preset (none = the flags as given)"""
+    """2048 | 8192 | 65536 | 1m: B26 Table 3's SFL values with Table 2's PPO values and the env count (the 1m preset adds App. D's hybrid recipe); flags given on the command line win over the preset (none = the flags as given)"""
 
     # Algorithm specific arguments (defaults: B26 Table 2, SFL column, i.e. the 2048-env configuration)
     env_size: str = "s"
@@ -120,8 +119,7 @@ class Args(ScalingArgs, RunArgs):
     update_epochs: int = 8
     """the K epochs to update the policy"""
     minibatch_form: Literal["trajectories", "steps"] = "trajectories"
-    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26
-    App. D); steps: T/S random steps of each of N/G envs (this script's form before; S x G = M, also when M > N)"""
+    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26 App. D); steps: T/S random steps of each of N/G envs (this script's form before; S x G = M, also when M > N)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.2
@@ -133,20 +131,13 @@ class Args(ScalingArgs, RunArgs):
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping: B26 Table 2's 0.5, in every preset. Kinetix's own configuration
-    (https://github.com/FLAIROx/Kinetix/blob/main/configs/learning/ppo-base.yaml) has 1.0, and B26 App. A.1 says its
-    2048 run used Kinetix's values: pass 1.0 for those. diagnostics/grad_norm and diagnostics/grad_clip_frac (the
-    share of steps clipped) are logged every update"""
+    """the maximum norm for the gradient clipping: B26 Table 2's 0.5, in every preset. Kinetix's own configuration (https://github.com/FLAIROx/Kinetix/blob/main/configs/learning/ppo-base.yaml) has 1.0, and B26 App. A.1 says its 2048 run used Kinetix's values: pass 1.0 for those. diagnostics/grad_norm and diagnostics/grad_clip_frac (the share of steps clipped) are logged every update"""
     target_kl: Optional[float] = None
     """the target KL divergence threshold"""
     per_device_stats: int = 1
-    """G: advantages normalised over each of G equal parts of a minibatch and the buffer kept as the top K/G of each
-    of G equal parts of the scored levels, as Kinetix's pmap over G devices computes them (B26 App. D: 1M envs on 128
-    GPUs; the 1m preset's 128); 1 = over the whole minibatch and all levels. Emulated: any real device count gives
-    the same result, and G real devices hold exactly their parts"""
+    """G: advantages normalised over each of G equal parts of a minibatch and the buffer kept as the top K/G of each of G equal parts of the scored levels, as Kinetix's pmap over G devices computes them (B26 App. D: 1M envs on 128 GPUs; the 1m preset's 128); 1 = over the whole minibatch and all levels. Emulated: any real device count gives the same result, and G real devices hold exactly their parts"""
     bootstrap_time_limit: bool = False
-    """bootstrap the value of an episode cut by --episode-length from V(next observation); off (default), as Kinetix,
-    the time limit ends the episode's returns like a termination"""
+    """bootstrap the value of an episode cut by --episode-length from V(next observation); off (default), as Kinetix, the time limit ends the episode's returns like a termination"""
 
     # PPO-EWMA (B26 §2.2, App. E.2 / Fig. 18)
     ewma_com: float = 0.0
@@ -158,8 +149,7 @@ class Args(ScalingArgs, RunArgs):
     no_sfl: bool = False
     """plain PPO on fresh random levels every update (domain randomisation, Kinetix's baseline): no buffer or filter"""
     train_levels: tuple[str, ...] = ()
-    """train on these hand-designed levels of --env-size (e.g. s/h4_thrust_aim) instead of random ones, env i on level
-    i mod their count, as Kinetix's fixed training-level lists; checks that the agent learns a level. Needs --no-sfl"""
+    """train on these hand-designed levels of --env-size (e.g. s/h4_thrust_aim) instead of random ones, env i on level i mod their count, as Kinetix's fixed training-level lists; checks that the agent learns a level. Needs --no-sfl"""
     sfl_num_levels: int = 12288
     """N: random levels scored at every buffer update"""
     sfl_rollout_length: int = 512
@@ -171,25 +161,21 @@ class Args(ScalingArgs, RunArgs):
     sfl_sample_ratio: float = 0.5
     """rho: fraction of the envs that play a buffer level at each update; the others play fresh random levels"""
     sfl_filter_batch: int = 4096
-    """levels scored per compiled filtering call over all devices, each call one no-op filter request (Kinetix: 3
-    batches of 4096 = N per device; the 8192, 65536 and 1m presets use 32768, 32768, 524288); N must be a multiple"""
+    """levels scored per compiled filtering call over all devices, each call one no-op filter request (Kinetix: 3 batches of 4096 = N per device; the 8192, 65536 and 1m presets use 32768, 32768, 524288); N must be a multiple"""
 
     # Levels, network, evaluation
     episode_length: int = 256
     """steps before an episode is truncated (Kinetix: 256); the no-op filter and evaluation use it too"""
     level_batch: int = 1024
-    """random levels generated per device and loop step of the compiled generator and no-op filter (a compute knob: a
-    level depends only on its key); a request's steps run in one call on the devices"""
+    """random levels generated per device and loop step of the compiled generator and no-op filter (a compute knob: a level depends only on its key); a request's steps run in one call on the devices"""
     level_filter_ratio: int = 2
     """Kinetix's no-op filter: each random level is chosen among this many candidates, avoiding ones a no-op solves"""
     level_filter_steps: int = 64
     """Kinetix's no-op filter: steps of the all-zero action that decide whether a candidate is solved by doing nothing"""
     network: str = "transformer"
-    """transformer (permutation-invariant entity transformer on symbolic-entity observations, Kinetix's default) or
-    mlp (symbolic-flat observations, faster on CPU)"""
+    """transformer (permutation-invariant entity transformer on symbolic-entity observations, Kinetix's default) or mlp (symbolic-flat observations, faster on CPU)"""
     obs_dtype: str = "float32"
-    """float32 or bfloat16: the dtype observations are kept in (the rollout stores num_envs x num_steps of them, most
-    of an update's memory at 65k+ envs); the policy acts on the same rounded values it is trained on"""
+    """float32 or bfloat16: the dtype observations are kept in (the rollout stores num_envs x num_steps of them, most of an update's memory at 65k+ envs); the policy acts on the same rounded values it is trained on"""
     hidden_size: int = 128
     """width of the actor and critic MLP heads (Kinetix: 128)"""
     num_hidden_layers: int = 5
@@ -197,15 +183,13 @@ class Args(ScalingArgs, RunArgs):
     embed_dim: int = 128
     """transformer: width of the entity embeddings (Kinetix's transformer_encoder_size: 128)"""
     attention_size: int = 16
-    """transformer: width of the queries, keys and values summed over the heads (Kinetix's transformer_size: 16, so
-    2 per head)"""
+    """transformer: width of the queries, keys and values summed over the heads (Kinetix's transformer_size: 16, so 2 per head)"""
     num_heads: int = 8
     """transformer: attention heads, a multiple of the observation's 4 attention masks (Kinetix: 8)"""
     transformer_depth: int = 2
     """transformer: gated self-attention layers, each followed by the joint and thruster messages (Kinetix: 2)"""
     eval_every: int = 128
-    """log charts/solve_rate_random and charts/solve_rate_handmade before training and every K iterations (0 = only at
-    the end)"""
+    """log charts/solve_rate_random and charts/solve_rate_handmade before training and every K iterations (0 = only at the end)"""
     eval_random_levels: int = 100
     """size of the fixed random evaluation set (Kinetix: 100)"""
     eval_level_seed: int = 100
@@ -215,8 +199,7 @@ class Args(ScalingArgs, RunArgs):
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
     distributed: bool = False
-    """call jax.distributed.initialize() first, for several processes (one per node under Slurm, each using every GPU
-    it sees; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); see docs/sfl_kinetix_jax.md"""
+    """call jax.distributed.initialize() first, for several processes (one per node under Slurm, each using every GPU it sees; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
     """print the per-device memory of this configuration's compiled programs (XLA's analysis) and exit; trains nothing"""
 

@@ -13,8 +13,8 @@ from inprocess import main_inprocess  # noqa: E402
 
 ALL = ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco", "ppo_ewma_jax2d", "sfl_kinetix_jax",
        "noisy_sgd"]
-# not sfl_kinetix_jax.py, whose Args another branch changes (its computed fields, its multi-line flag texts)
-WITH_COMPUTED_FIELDS = ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco", "ppo_ewma_jax2d"]
+WITH_COMPUTED_FIELDS = ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco", "ppo_ewma_jax2d",
+                        "sfl_kinetix_jax"]
 TORCH = {  # script -> the arguments of two tiny iterations
     "ppo_atari_envpool": ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"],
     "pqn_atari": ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "1",
