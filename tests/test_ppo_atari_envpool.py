@@ -520,10 +520,10 @@ def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
     storage = m.make_storage(num_steps, num_envs, envs.observation_space.shape, "cpu")
     obs, _ = envs.reset()
     zeros = torch.zeros(num_envs)
-    _, state = m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(num_envs),
-                                 args, "cpu", no_autocast)
+    _, state = m.collect_rollout(envs, agent, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros),
+                                 m.EpisodeStats(num_envs), args, "cpu", no_autocast, m.Ranks())
     with torch.no_grad():
-        _, next_value = agent(state[0])
+        _, next_value = agent(state.obs)
 
     reference = cleanrl_rollout(m.make_envs("Breakout-v5", num_envs, seed=2), agent, storage.actions, num_steps)
     assert storage.dones.sum() >= 4 and storage.rewards.sum() > 0  # lives were lost and points scored
@@ -533,7 +533,7 @@ def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
     for cleanrl_compat in (True, False):
         terminations, next_term = m.bootstrap_terminations(storage, state, cleanrl_compat)
         advantages, _ = m.compute_advantages(storage.rewards, storage.values, storage.dones, terminations, next_value,
-                                             state[1], next_term, args.gamma, args.gae_lambda)
+                                             state.done, next_term, args.gamma, args.gae_lambda)
         assert torch.allclose(advantages, reference["advantages"], atol=1e-4)
         assert torch.equal(m.valid_mask(storage.dones, cleanrl_compat),
                            torch.ones_like(storage.dones) if cleanrl_compat else 1.0 - reference["dones"])
