@@ -357,11 +357,11 @@ def differing_flags(runs: list) -> list:
     (batch_size from num_envs x num_steps) is named only where the given flags do not already tell the runs apart."""
     flags = [training_flags(r) for r in runs]
     given = {k for r in runs for k in parse_flags_of(r)}
-    names = flags_that_vary(runs)
+    names = flags_that_vary(runs, flags)
     chosen = [k for k in names if k in given]
 
     def blocks(keys):
-        return len({tuple(json.dumps(f.get(k), sort_keys=True, default=str) for k in keys) for f in flags})
+        return len({tuple(value_key(f.get(k)) for k in keys) for f in flags})
 
     for key in [k for k in names if k not in given]:
         if blocks(chosen + [key]) > blocks(chosen):
@@ -369,11 +369,17 @@ def differing_flags(runs: list) -> list:
     return chosen
 
 
-def flags_that_vary(runs: list) -> list:
-    """Every flag (seed and task aside) that does not have one value in all runs, sorted."""
-    flags = [training_flags(r) for r in runs]
+def flags_that_vary(runs: list, flags: Optional[list] = None) -> list:
+    """Every flag (seed and task aside) that does not have one value in all runs, sorted; `flags` are the runs'
+    training_flags where the caller has them already."""
+    flags = flags or [training_flags(r) for r in runs]
     names = sorted({k for f in flags for k in f} - set(SPECIAL_KEYS) - {"argv", "resolved"})
-    return [k for k in names if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flags}) > 1]
+    return [k for k in names if len({value_key(f.get(k)) for f in flags}) > 1]
+
+
+def value_key(value) -> str:
+    """A flag's value as a hashable, comparable key (lists and dicts included)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def parse_flags_of(run: Run) -> dict:
