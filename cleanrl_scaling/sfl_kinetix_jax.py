@@ -119,7 +119,7 @@ class Args(ScalingArgs, RunArgs):
     update_epochs: int = 8
     """the K epochs to update the policy"""
     minibatch_form: Literal["trajectories", "steps"] = "trajectories"
-    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26 App. D); steps: T/S random steps of each of N/G envs (this script's form before; S x G = M, also when M > N)"""
+    """trajectories: a minibatch is the whole T-step rollouts of N/M envs, as Kinetix forms them (so M <= N, B26 App. D); steps: T/S random steps of each of N/G envs (S x G = M; works also when M > N)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.2
