@@ -9,19 +9,28 @@ import subprocess
 import sys
 
 
-def main_inprocess(module, args, root):
-    """module.main() with argv = args and --runs-dir root/runs; returns (exit code, stdout, stderr). The signal
-    handlers a run installs are put back, so one run's SIGTERM handling cannot leak into the next test."""
+def main_inprocess(module, args, root=None, capture=True):
+    """module.main() with argv = args (plus --runs-dir root/runs when root is given); returns (exit code, stdout,
+    stderr), the output empty when capture is False (it goes to pytest's capsys). The signal handlers a run installs
+    and torch's thread count (--torch-threads sets it for the process) are put back, so that one run cannot leak into
+    the next test."""
     old_argv, handlers = sys.argv, {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.argv = [module.__file__, "--runs-dir", str(root / "runs")] + args
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    sys.argv = [module.__file__] + (["--runs-dir", str(root / "runs")] if root is not None else []) + [str(a) for a in args]
     out, err, code = io.StringIO(), io.StringIO(), 0
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.ExitStack() as stack:
+            if capture:
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
             module.main()
     except SystemExit as e:
         code = e.code
     finally:
         sys.argv = old_argv
+        if threads:
+            torch.set_num_threads(threads)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return code, out.getvalue(), err.getvalue()

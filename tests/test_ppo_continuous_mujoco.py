@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "cleanrl_scaling", "ppo_continuous_mujoco.py")
 sys.path.insert(0, ROOT)
 from cleanrl_scaling import ppo_continuous_mujoco as m  # noqa: E402
+from inprocess import main_inprocess  # noqa: E402
 
 # 2 envs x 32 steps, minibatches of 16, 2 epochs: 8 minibatch steps per iteration
 TINY = ["--env-id", "HalfCheetah-v4", "--num-envs", "2", "--num-steps", "32", "--minibatch-size", "16",
@@ -34,21 +35,9 @@ DIAG_TAGS = ["kl_behavior", "ddr", "seq_kl_mean", "ref_kl_mean", "update_size", 
              "policy_variance"]
 
 
-def run_main(argv, monkeypatch=None):
-    """main() in this process; returns its exit code (0 when it returns normally)."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    old_argv, threads = sys.argv, torch.get_num_threads()  # main() sets --torch-threads for the process
-    sys.argv = ["ppo_continuous_mujoco.py"] + [str(a) for a in argv]
-    try:
-        m.main()
-        return 0
-    except SystemExit as e:
-        return e.code
-    finally:
-        sys.argv = old_argv
-        torch.set_num_threads(threads)
-        for s, h in handlers.items():
-            signal.signal(s, h)
+def run_main(argv):
+    """main() in this process, its output to capsys; returns its exit code."""
+    return main_inprocess(m, argv, capture=False)[0]
 
 
 def run_dir_of(runs_dir):

@@ -2,10 +2,9 @@
 configuration, so that one compiled training program serves every run (and one evaluation program per --eval-attempts).
 
 Compile time is what this file spends (a Kinetix env step is a large XLA program), so:
-- the persistent compilation cache lives in the gitignored .jax_cache/ at the repo root, shared with the subprocesses;
-- XLA's backend optimisation is lowered to -O0 for this test session (about 3x faster compiles; the tiny training
-  chunks execute in seconds either way, and every comparison below is between runs compiled the same way), except
-  for the evaluation program, which runs longer than it compiles (see shared_make_train);
+- the persistent compilation cache and XLA's backend optimisation at -O0 (tests/conftest.py: about 3x faster
+  compiles; every comparison below is between runs compiled the same way), except for the evaluation program, which
+  runs longer than it compiles (see shared_make_train);
 - runs happen in this process where no process boundary is needed (only the 4-device run and one bad-input check
   start a new interpreter), and they share one make_train (see shared_make_train)."""
 import contextlib
@@ -22,9 +21,6 @@ import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # read when the CPU backend starts
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -33,7 +29,7 @@ import pytest  # noqa: E402
 import tyro  # noqa: E402
 
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
-from inprocess import json_on_devices  # noqa: E402
+from inprocess import json_on_devices, main_inprocess  # noqa: E402
 
 SCRIPT = str(REPO / "cleanrl_scaling" / "ppo_ewma_jax2d.py")
 BATCH = 8 * 16
@@ -242,20 +238,9 @@ def share_programs():
     m.make_train = MAKE_TRAIN
 
 
-def run_main(argv, capsys=None):
-    old_argv = sys.argv
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.argv = [SCRIPT] + argv
-    code = 0
-    try:
-        m.main()
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old_argv
-        for s, h in handlers.items():
-            signal.signal(s, h)
-    return code
+def run_main(argv):
+    """main() in this process, its output to capsys or the caller's redirect; returns its exit code."""
+    return main_inprocess(m, argv, capture=False)[0]
 
 
 def run_dir_of(runs_dir):

@@ -17,7 +17,6 @@ import time
 import typing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".jax_cache"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

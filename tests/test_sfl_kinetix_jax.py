@@ -5,8 +5,8 @@ invariance, bad inputs; then end-to-end runs that share one tiny configuration.
 Compile time is what this file spends: Kinetix's random level sampler alone takes minutes to trace and compile on a
 loaded 2-core machine, so every end-to-end run (which needs it for fresh levels, SFL candidates and the random
 evaluation set) is marked slow; the default run keeps the math, the presets and the bad-input checks (seconds).
-As in test_ppo_ewma_jax2d.py: a persistent compilation cache in the gitignored .jax_cache/, XLA's backend
-optimisation at -O0, and in-process runs sharing the traced programs (shared_make_train)."""
+As in test_ppo_ewma_jax2d.py: the persistent compilation cache and XLA at -O0 (tests/conftest.py), and in-process runs
+sharing the traced programs (shared_make_train)."""
 import collections
 import dataclasses
 import functools
@@ -25,9 +25,6 @@ import types
 from unittest import mock
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # read when the CPU backend starts
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
