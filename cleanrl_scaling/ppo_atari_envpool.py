@@ -80,6 +80,8 @@ class ScalingArgs:
 
 @dataclass
 class Args(ScalingArgs, RunArgs):
+    init_from: Optional[str] = None
+    """path of a checkpoint whose weights start a new run with this run's flags (another game's too, if it has as many actions): fresh Adam, step 0, --seed's RNG (docs/run_directory.md#a-new-run-from-old-weights)"""
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
@@ -640,20 +642,34 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: the evaluation of --save-model and the saved features (their
-# own envs and RNG streams, never training's)
-RESUMABLE = ("eval_episodes", "save_features_every", "features_states")
+# own envs and RNG streams, never training's), and --init-from, which --resume overrides
+RESUMABLE = ("eval_episodes", "save_features_every", "features_states", "init_from")
+# what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
+# weights load; another game is a transfer)
+INIT_FROM_KEYS = ()
+
+
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted new run continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to an argv that holds --init-from)."""
+    if args.resume:
+        implied = older_signature(args, RESUMABLE)
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its weights")
+    if args.init_from:
+        return load_checkpoint(args.init_from, SCRIPT, {key: signature[key] for key in INIT_FROM_KEYS}, "--init-from")
+    return None
 
 
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to resume
-    (or None); every usage error exits 2 here, before anything heavy starts."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args, description=help_description(__doc__))
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature, implied=older_signature(args, RESUMABLE),
-                               resolved=scaling) if args.resume else None
-        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
+        ckpt = load_start(args, signature, scaling)
+        check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     args.batch_size = scaling["batch_size"]
@@ -700,6 +716,14 @@ def restore(ckpt: dict, agent, optimizer, args, rank: int, device) -> None:
     torch.set_rng_state(rng["torch"])
     if device.type == "cuda" and rng.get("cuda") is not None:
         torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+def start_from(init: dict, agent, args, rank: int) -> None:
+    """--init-from: the checkpoint's weights only; Adam, the RNG streams and the counters are this new run's."""
+    load_weights(agent, init["agent"], "--init-from")
+    if rank == 0:
+        print(f"starting from {args.init_from} (weights of iteration {init['iteration']}, step {init['global_step']}); "
+              "new run with this run's flags")
 
 
 def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_time, agent, optimizer, world_size, rank,
@@ -780,7 +804,8 @@ def finish_run(logger, args, status, global_step, iteration, clock, steps_taken,
 
 
 def main():
-    args, scaling, signature, ckpt = read_args()
+    args, scaling, signature, start = read_args()
+    ckpt, init = (start, None) if args.resume else (None, start)  # --resume continues a run, --init-from starts one
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
     ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
@@ -800,6 +825,8 @@ def main():
     agent, optimizer = build_agent(args, envs.action_space.n, device)
     if ckpt:
         restore(ckpt, agent, optimizer, args, rank, device)
+    elif init:
+        start_from(init, agent, args, rank)
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     loss_fn = maybe_compile(ppo_loss, args.compile)
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
@@ -951,7 +978,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join(args.runs_dir, run_name)
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT,
+              "init_from": args.init_from, "start_iteration": 0}  # a new run from old weights counts from 0 too
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
     if logger:
         announce_run(logger.run_dir)
@@ -975,8 +1003,9 @@ def load_weights(model, saved: dict, flag: str = "--resume") -> None:
     if missing or unexpected or reshaped:
         first = (f"{reshaped[0]} is {list(saved[reshaped[0]].shape)} there, {list(own[reshaped[0]].shape)} here"
                  if reshaped else f"{len(missing)} of this network's tensors missing, {len(unexpected)} unknown")
-        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); resume it with the "
-                              "network that wrote it, or leave out --resume to start a new run"))
+        fix = ("start from a checkpoint of this network" if flag == "--init-from"
+               else "resume it with the network that wrote it, or leave out --resume to start a new run")
+        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); {fix}"))
     model.load_state_dict(saved)
 # <<< shared:torch-run-plumbing
 

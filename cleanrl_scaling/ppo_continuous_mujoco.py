@@ -81,6 +81,8 @@ class ScalingArgs:
 
 @dataclass
 class Args(ScalingArgs, RunArgs):
+    init_from: Optional[str] = None
+    """path of a checkpoint of the same --env-id whose weights and observation/reward normaliser statistics start a new run with this run's flags: fresh Adam, step 0, --seed's RNG (docs/run_directory.md#a-new-run-from-old-weights)"""
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
@@ -871,20 +873,48 @@ def validate(args) -> dict:
     return scaling
 
 
-# Flags a resume may change besides the shared ones: the evaluation of --save-model (its own envs, after training)
-RESUMABLE = ("eval_episodes",)
+# Flags a resume may change besides the shared ones: the evaluation of --save-model (its own envs, after training),
+# and --init-from, which --resume overrides
+RESUMABLE = ("eval_episodes", "init_from")
+# what --init-from must share with its checkpoint: the task, whose observations its weights and statistics describe
+INIT_FROM_KEYS = ("env_id",)
+
+
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted new run continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to an argv that holds --init-from)."""
+    if args.resume:
+        implied = older_signature(args, RESUMABLE)
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its weights")
+    if args.init_from:
+        init = load_checkpoint(args.init_from, SCRIPT, {key: signature[key] for key in INIT_FROM_KEYS}, "--init-from")
+        check_statistics_layout(init["args"], args)
+        return init
+    return None
+
+
+def check_statistics_layout(saved: dict, args) -> None:
+    """--init-from carries the normaliser's statistics: shared ones onto any envs, per-env ones onto as many envs."""
+    def layout(a: dict) -> str:
+        return "shared" if a["norm_stats"] == "shared" else f"per-env over {a['num_envs']} envs"
+    if saved["norm_stats"] == "shared":
+        fix = "--norm-stats shared" + (" without --cleanrl-compat (it keeps them per env)" if args.cleanrl_compat else "")
+    else:
+        fix = f"--norm-stats per-env --num-envs {saved['num_envs']}"
+    check(layout(saved) == layout(vars(args)), f"--init-from: the checkpoint's normaliser statistics are "
+          f"{layout(saved)}, this run's {layout(vars(args))}; pass {fix}")
 
 
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to resume
-    (or None); every usage error exits 2 here, before anything heavy starts."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args, description=help_description(__doc__))
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
-        ckpt = load_checkpoint(args.resume, SCRIPT, signature, implied=older_signature(args, RESUMABLE),
-                               resolved=scaling) if args.resume else None
-        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
+        ckpt = load_start(args, signature, scaling)
+        check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     args.batch_size = scaling["batch_size"]
@@ -934,6 +964,28 @@ def restore(ckpt: dict, saved: dict, agent, optimizer, args, device) -> None:
     torch.set_rng_state(rng["torch"])
     if device.type == "cuda" and rng.get("cuda") is not None:
         torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+def start_from(init: dict, agent, args, rank: int) -> None:
+    """--init-from: the checkpoint's weights (its normaliser's statistics come through start_envs); Adam, the RNG
+    streams and the counters are this new run's."""
+    load_weights(agent, init["agent"], "--init-from")
+    if rank == 0:
+        print(f"starting from {args.init_from} (weights of iteration {init['iteration']}, step {init['global_step']}); "
+              "new run with this run's flags")
+
+
+def init_statistics(init: Optional[dict], rank: int, local_envs: int) -> Optional[dict]:
+    """--init-from: this rank's start in a checkpoint rank's form: no env state (the envs reset) and the checkpoint's
+    normaliser statistics, shared ones as every rank holds them, per-env ones this rank's rows of all envs; None
+    without --init-from."""
+    if init is None:
+        return None
+    states = [saved["normalizer"] for saved in init["ranks"]]
+    if init["args"]["norm_stats"] == "shared":
+        return {"envs": None, "normalizer": states[0]}
+    rows = slice(rank * local_envs, (rank + 1) * local_envs)
+    return {"envs": None, "normalizer": {key: np.concatenate([s[key] for s in states])[rows] for key in states[0]}}
 
 
 def start_envs(envs, normalizer, stats, saved, restart: bool, local_envs: int, device) -> tuple:
@@ -1035,7 +1087,8 @@ def finish_run(logger, args, status, global_step, iteration, clock, steps_taken,
 
 
 def main():
-    args, scaling, signature, ckpt = read_args()
+    args, scaling, signature, start = read_args()
+    ckpt, init = (start, None) if args.resume else (None, start)  # --resume continues a run, --init-from starts one
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
     ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
@@ -1046,9 +1099,9 @@ def main():
 
     # Envs: gymnasium MuJoCo envs continue from the checkpoint's physics state (bit-exact resume); envpool
     # cannot save its state, so a resumed run restarts them with a fresh seed
-    # (docs/run_directory.md#checkpoints-and-resume)
+    # (docs/run_directory.md#checkpoints-and-resume); --init-from's new run resets them, its statistics continue
     start_iteration = ckpt["iteration"] if ckpt else 0
-    saved = ckpt["ranks"][rank] if ckpt else None
+    saved = ckpt["ranks"][rank] if ckpt else init_statistics(init, rank, local_envs)
     restart = saved is not None and saved["envs"] is None
     env_seed = args.seed + rank * local_envs + (1_000_003 * start_iteration if restart else 0)
     envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads, uses_same_step(args))
@@ -1059,6 +1112,8 @@ def main():
     agent, optimizer, loss_fn = build_agent(args, obs_space.shape[0], act_space.shape[0], device)
     if ckpt:
         restore(ckpt, saved, agent, optimizer, args, device)
+    elif init:
+        start_from(init, agent, args, rank)
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
     stop = StopFlag()
@@ -1207,7 +1262,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join(args.runs_dir, run_name)
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT,
+              "init_from": args.init_from, "start_iteration": 0}  # a new run from old weights counts from 0 too
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
     if logger:
         announce_run(logger.run_dir)
@@ -1231,8 +1287,9 @@ def load_weights(model, saved: dict, flag: str = "--resume") -> None:
     if missing or unexpected or reshaped:
         first = (f"{reshaped[0]} is {list(saved[reshaped[0]].shape)} there, {list(own[reshaped[0]].shape)} here"
                  if reshaped else f"{len(missing)} of this network's tensors missing, {len(unexpected)} unknown")
-        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); resume it with the "
-                              "network that wrote it, or leave out --resume to start a new run"))
+        fix = ("start from a checkpoint of this network" if flag == "--init-from"
+               else "resume it with the network that wrote it, or leave out --resume to start a new run")
+        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); {fix}"))
     model.load_state_dict(saved)
 # <<< shared:torch-run-plumbing
 

@@ -82,6 +82,8 @@ class ScalingArgs:
 class Args(ScalingArgs, RunArgs):
     preset: Literal["cleanrl", "purejaxql"] = "cleanrl"
     """defaults to start from: CleanRL's pqn_atari_envpool.py (M25's runs) or Gallici et al.'s own Atari setting"""
+    init_from: Optional[str] = None
+    """path of a checkpoint whose Q-network starts a new run with this run's flags (another game's too, if it has as many actions): a fresh optimizer, step 0 (the lr and epsilon schedules start over), --seed's RNG (docs/run_directory.md#a-new-run-from-old-weights)"""
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
@@ -663,10 +665,14 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: what the evaluation plays with (its own envs and generator) and
-# the episodes of --save-model's; not --eval-envs, whose states share the rollout's forward pass
-RESUMABLE = ("eval_episodes", "eval_epsilon")
+# the episodes of --save-model's (not --eval-envs, whose states share the rollout's forward pass), and --init-from,
+# which --resume overrides
+RESUMABLE = ("eval_episodes", "eval_epsilon", "init_from")
 # what a checkpoint written before --network stands for: CleanRL's network, the only one then
 SIGNATURE_IMPLIED = {"network": "cleanrl"}
+# what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
+# weights load; another game is a transfer)
+INIT_FROM_KEYS = ()
 
 
 def make_optimizer(q_network, args):
@@ -675,17 +681,27 @@ def make_optimizer(q_network, args):
     return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, foreach=True)
 
 
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted new run continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to an argv that holds --init-from)."""
+    if args.resume:
+        implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its weights")
+    if args.init_from:
+        return load_checkpoint(args.init_from, SCRIPT, {key: signature[key] for key in INIT_FROM_KEYS}, "--init-from")
+    return None
+
+
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to resume
-    (or None); every usage error exits 2 here, before anything heavy starts."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = parse_args()
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)
-        implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
-        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
-                else None)
-        check_writable_dir(ckpt["run_dir"] if ckpt else args.runs_dir, "--resume" if ckpt else "--runs-dir")
+        ckpt = load_start(args, signature, scaling)
+        check_writable_dir(ckpt["run_dir"] if args.resume else args.runs_dir, "--resume" if args.resume else "--runs-dir")
     except UsageError as e:
         exit_usage(e)
     args.batch_size = scaling["batch_size"]
@@ -733,6 +749,15 @@ def restore(ckpt: dict, q_network, optimizer, evaluator, args, rank: int, device
         torch.cuda.set_rng_state(rng["cuda"], device)
     if evaluator is not None and rng.get("eval") is not None:
         evaluator.generator.set_state(rng["eval"])
+
+
+def start_from(init: dict, q_network, args, rank: int) -> None:
+    """--init-from: the checkpoint's Q-network only; the optimizer, the RNG streams and the counters are this new
+    run's."""
+    load_weights(q_network, init["q_network"], "--init-from")
+    if rank == 0:
+        print(f"starting from {args.init_from} (weights of iteration {init['iteration']}, step {init['global_step']}); "
+              "new run with this run's flags")
 
 
 def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_time, q_network, optimizer, evaluator,
@@ -804,7 +829,8 @@ def finish_run(logger, args, status, global_step, iteration, clock, steps_taken,
 
 
 def main():
-    args, scaling, signature, ckpt = read_args()
+    args, scaling, signature, start = read_args()
+    ckpt, init = (start, None) if args.resume else (None, start)  # --resume continues a run, --init-from starts one
     world_size, rank, device = init_distributed(args)
     set_tf32(device, args.tf32)
     ranks = Ranks(world_size, rank)  # what the rollout, the update and the probe need to know of torchrun
@@ -828,6 +854,8 @@ def main():
     q_network, optimizer = build_q_network_and_optimizer(args, envs.action_space.n, device)
     if ckpt:
         restore(ckpt, q_network, optimizer, evaluator, args, rank, device)
+    elif init:
+        start_from(init, q_network, args, rank)
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
     loss_fn = maybe_compile(td_loss, args.compile)
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
@@ -976,7 +1004,8 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join(args.runs_dir, run_name)
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
-              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT}
+              "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT,
+              "init_from": args.init_from, "start_iteration": 0}  # a new run from old weights counts from 0 too
     logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
     if logger:
         announce_run(logger.run_dir)
@@ -1000,8 +1029,9 @@ def load_weights(model, saved: dict, flag: str = "--resume") -> None:
     if missing or unexpected or reshaped:
         first = (f"{reshaped[0]} is {list(saved[reshaped[0]].shape)} there, {list(own[reshaped[0]].shape)} here"
                  if reshaped else f"{len(missing)} of this network's tensors missing, {len(unexpected)} unknown")
-        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); resume it with the "
-                              "network that wrote it, or leave out --resume to start a new run"))
+        fix = ("start from a checkpoint of this network" if flag == "--init-from"
+               else "resume it with the network that wrote it, or leave out --resume to start a new run")
+        exit_usage(UsageError(f"{flag}: the checkpoint holds another network's weights ({first}); {fix}"))
     model.load_state_dict(saved)
 # <<< shared:torch-run-plumbing
 

@@ -57,10 +57,10 @@ SHARED_RESUMABLE = {"total_timesteps", "exp_name", "track", "wandb_project_name"
                     "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
                     "kl_profile"}
 RESUMABLE = {
-    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states"},
-    "pqn_atari": {"eval_episodes", "eval_epsilon"},
-    "ppo_procgen": {"eval_every", "eval_episodes"},
-    "ppo_continuous_mujoco": {"eval_episodes"},
+    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from"},
+    "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from"},
+    "ppo_procgen": {"eval_every", "eval_episodes", "init_from"},
+    "ppo_continuous_mujoco": {"eval_episodes", "init_from"},
     "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "keep_checkpoints", "init_from"},
     "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed",
                         "estimate_memory"},
@@ -213,7 +213,7 @@ def test_a_flag_that_changes_the_run_must_match_on_resume(script, name, checkpoi
     given = list(value) if isinstance(value, tuple) else value
     assert f"the checkpoint has {name}={saved!r} but this run has {given!r}" in lines[0]
     assert f"pass {m.as_flag(name, saved)} to resume it, or " in lines[0]
-    assert ("--init-from" if script == "ppo_ewma_jax2d" else "leave out --resume") in lines[0]
+    assert ("leave out --resume" if script == "sfl_kinetix_jax" else f"or --init-from {path} instead of --resume") in lines[0]
     assert not (tmp_path / "runs").exists()  # nothing was built or written
 
 
