@@ -13,7 +13,6 @@ import io
 import os
 import pickle
 import sys
-import time
 import typing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,8 +133,9 @@ def save_placeholder(script: str, root) -> str:
         os.makedirs(os.path.join(run_dir, "checkpoints"))  # the run's logger makes it
         m.save_run_checkpoint(run_dir, args, signature, 1, 0.0, placeholder)
     else:
-        logger = m.ActiveTimeLogger(run_dir, {}, args, 100, active_before=0.0, session_start=time.time())
-        m.save_run_checkpoint(logger, args, signature, 1, m.ChunkClock(args.batch_size, 0.0, 0.0), placeholder)
+        clock = m.ChunkClock(args.batch_size, 0.0, 0.0)
+        logger = m.active_time_logger(run_dir, {}, args, 100, 0, clock)
+        m.save_run_checkpoint(logger, args, signature, 1, clock, placeholder)
         logger.close({})
     return os.path.join(run_dir, "checkpoints", "latest.ckpt")
 

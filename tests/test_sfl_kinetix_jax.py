@@ -637,8 +637,9 @@ def test_resume_cuts_both_logs_back_to_the_checkpoint(tmp_path):
 
 def test_rows_wall_time_is_the_runs_active_time(tmp_path):
     """A resumed run continues the wall-clock axis from the checkpoint's active seconds, without the downtime."""
-    logger = m.ActiveTimeLogger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, active_before=1000.0,
-                                session_start=time.time() - 5.0)
+    clock = m.ChunkClock(BATCH, 1000.0, 0.0)  # 1000 active seconds before this session, which began 5 s ago
+    clock.start = time.time() - 5.0
+    logger = m.active_time_logger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, 0, clock)
     logger.log(0, 0, {"x": 1.0})
     logger.close({})
     (row,) = rows(logger.run_dir)
