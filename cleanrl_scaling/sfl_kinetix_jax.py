@@ -198,6 +198,8 @@ class Args(ScalingArgs, RunArgs):
     """attempts per evaluation level; a level's solve rate is the mean over attempts of 'the first episode solved'"""
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
+    init_from: Optional[str] = None
+    """path of a checkpoint whose network parameters start a new run with this run's flags: fresh optimizer, level buffer and RNG from --seed, step 0 (docs/sfl_kinetix_jax.md#checkpoints-failures-devices)"""
     distributed: bool = False
     """call jax.distributed.initialize() first, for several processes (one per node under Slurm, each using every GPU it sees; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
@@ -1830,8 +1832,14 @@ def check_per_device_stats(args, num_minibatches: int, filter_batch: int) -> Non
 
 
 # Flags a resume may change besides the shared ones: the evaluation (its own levels and key, never training's), the
-# process layout (one process or several compute the same run) and --estimate-memory, which trains nothing
-RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory")
+# process layout (one process or several compute the same run), --estimate-memory, which trains nothing, and
+# --init-from, which --resume overrides
+RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory",
+             "init_from")
+# what --init-from must share with its checkpoint: what decides the network parameters' shapes (the env size decides
+# the observation and action sizes), the transformer's widths only for the transformer
+INIT_FROM_KEYS = ("env_size", "network", "hidden_size", "num_hidden_layers")
+TRANSFORMER_KEYS = ("embed_dim", "attention_size", "num_heads", "transformer_depth")
 # what a checkpoint written before a flag existed stands for, where not the flag's default: one written before
 # --train-levels trained on random levels, one written before --obs-dtype on float32 observations; before
 # --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check); one
@@ -1849,20 +1857,32 @@ def apply_scaling(args, scaling: dict) -> None:
     args.num_iterations = args.total_timesteps // args.batch_size
 
 
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted new run continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to the argv that held --init-from)."""
+    implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
+    if args.resume:
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its weights")
+    if args.init_from:
+        keys = INIT_FROM_KEYS + (TRANSFORMER_KEYS if args.network == "transformer" else ())
+        return load_checkpoint(args.init_from, SCRIPT, {key: signature[key] for key in keys}, "--init-from",
+                               implied=implied)
+    return None
+
+
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint of --resume
-    (or None); every usage error exits 2 here, before anything heavy starts. With --distributed, the processes join
-    first."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts. With
+    --distributed, the processes join first."""
     if "--distributed" in sys.argv[1:]:  # before anything touches the devices
         init_distributed()
     args = tyro.cli(Args, description=help_description(__doc__))
     try:
         scaling = validate(args, sys.argv[1:])
         signature = resume_signature(args, RESUMABLE)  # the flags as given (and the preset's), before apply_scaling
-        implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
-        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
-                else None)
-        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+        ckpt = load_start(args, signature, scaling)
+        check(not args.resume or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
         if not args.estimate_memory:
@@ -1951,16 +1971,30 @@ def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerStat
     return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
 
 
+def with_params_of(template: RunnerState, leaves: list) -> RunnerState:
+    """--init-from: the runner of --seed with the checkpoint's network parameters, theta_prox equal to them as a new
+    run starts it (make_train's init); optimizer, level buffer and RNG key are the template's. The parameters lead the
+    checkpoint's leaves (RunnerState flattens train.params first)."""
+    count = len(jax.tree.leaves(template.train.params))
+    params = restore_runner(template.train.params, leaves[:count], "--init-from")
+    return template.replace(train=template.train.replace(params=params, prox_params=jax.tree.map(jnp.copy, params)))
+
+
 def initial_state(train: Train, args, ckpt, template: RunnerState) -> tuple:
-    """(runner, hyper) as global values: the runner of --seed (template) or of the checkpoint, and the
-    hyperparameters a sweep changes (traced, so one compiled chunk serves them all)."""
+    """(runner, hyper) as global values: the runner of --seed (template), of the checkpoint (--resume) or of --seed
+    with the checkpoint's parameters (--init-from), and the hyperparameters a sweep changes (traced, so one compiled
+    chunk serves them all)."""
     runner = template
-    if ckpt:
-        try:
+    try:
+        if args.resume:
             runner = restore_runner(template, ckpt["runner"], "--resume")
-        except UsageError as e:
-            exit_usage(e)
-        print(f"resuming {args.resume} at iteration {ckpt['iteration']}")
+            print(f"resuming {args.resume} at iteration {ckpt['iteration']}")
+        elif ckpt:
+            runner = with_params_of(template, ckpt["runner"])
+            print(f"starting from {args.init_from} (parameters of iteration {ckpt['iteration']}); new run with this "
+                  "run's flags")
+    except UsageError as e:
+        exit_usage(e)
     lockstep("init")  # init compiled on each process alone
     replicated = NamedSharding(train.mesh, P())
     runner = to_global(fetch(runner), train.shardings(runner))
@@ -2095,9 +2129,19 @@ def active_time_logger(run_dir: str, config: dict, args, total_steps: int, start
     return logger
 
 
+def started_at(run_dir: str, default: int) -> int:
+    """The iteration a resumed run first started from (0, also for a new run from --init-from), from its config.json."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return int(json.load(f).get("start_iteration", default))
+    except (OSError, ValueError, TypeError):
+        return default
+
+
 def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock, evaluation: Evaluation):
     """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
-    the checkpoint) with config.json, and its logger; None on the other processes, which write nothing."""
+    the checkpoint) with config.json, and its logger; None on the other processes, which write nothing. config.json
+    records the --init-from checkpoint and the iteration the run first started from (utils/aggregate.py reads both)."""
     if jax.process_index() != 0:
         return None
     if args.resume:
@@ -2109,7 +2153,8 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock,
     from_buffer, from_fresh = sfl_counts(args)
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
-              "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
+              "git_commit": git_commit(), "script": SCRIPT, "init_from": args.init_from,
+              "start_iteration": started_at(run_dir, start_iteration) if args.resume else start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "level_blocks": level_blocks(from_buffer, from_fresh),
                       "handmade_levels": evaluation.handmade_names, "train_levels": list(args.train_levels)}}
@@ -2238,7 +2283,7 @@ def main():
     runner, hyper = initial_state(train, args, ckpt, template)
     evaluation, listed = load_levels(train, args)
     print(f"levels, {len(evaluation.handmade_names)} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
-    start_iteration = ckpt["iteration"] if ckpt else 0
+    start_iteration = ckpt["iteration"] if args.resume else 0
     clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0,
                        ckpt.get("filter_seconds", 0.0) if args.resume else 0.0)
     logger = open_run(args, scaling, ckpt, start_iteration, clock, evaluation)

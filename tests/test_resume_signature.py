@@ -63,7 +63,7 @@ RESUMABLE = {
     "ppo_continuous_mujoco": {"eval_episodes"},
     "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "keep_checkpoints", "init_from"},
     "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed",
-                        "estimate_memory"},
+                        "estimate_memory", "init_from"},
 }
 COMPUTED = {"batch_size", "num_iterations"}
 # flags with no other valid value to resume with: --capture-video is refused on every run (no renderer), and
@@ -214,7 +214,7 @@ def test_a_flag_that_changes_the_run_must_match_on_resume(script, name, checkpoi
     given = list(value) if isinstance(value, tuple) else value
     assert f"the checkpoint has {name}={saved!r} but this run has {given!r}" in lines[0]
     assert f"pass {m.as_flag(name, saved)} to resume it, or " in lines[0]
-    assert ("--init-from" if script == "ppo_ewma_jax2d" else "leave out --resume") in lines[0]
+    assert ("--init-from" if script in ("ppo_ewma_jax2d", "sfl_kinetix_jax") else "leave out --resume") in lines[0]
     assert not (tmp_path / "runs").exists()  # nothing was built or written
 
 
