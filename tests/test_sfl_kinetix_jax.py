@@ -1873,13 +1873,17 @@ def test_init_from_starts_a_new_run_at_step_0_and_resumes_as_one(runs, tmp_path,
     programs take it as an argument, so the fixture's serve): exit 0, its own run directory, step 0, the checkpoint's
     parameters at the start; then its own argv plus --resume continues it."""
     source = os.path.join(runs["diag"], "checkpoints", "latest.ckpt")
-    started = []
-    real_initial_state = m.initial_state
-    monkeypatch.setattr(m, "initial_state", lambda *a: started.append(real_initial_state(*a)) or started[-1])
+    started, real_initial_state = [], m.initial_state
+
+    def spy(*args):
+        runner, hyper = real_initial_state(*args)
+        started.append(m.fetch(runner.train.params))  # copied before the first chunk donates the runner
+        return runner, hyper
+    monkeypatch.setattr(m, "initial_state", spy)
     assert run_main(tiny(2, seed=5, checkpoint_every=2) + ["--init-from", source, "--runs-dir", str(tmp_path)]) == 0
     run_dir = run_dir_of(str(tmp_path))
     saved = pickle.load(open(source, "rb"))
-    params = jax.tree.leaves(m.fetch(started[0][0].train.params))
+    params = jax.tree.leaves(started[0])
     assert len(params) < len(saved["runner"])
     for a, b in zip(params, saved["runner"]):
         np.testing.assert_array_equal(a, b)
