@@ -8,9 +8,9 @@ SFL iterations around them: refresh the buffer, a chunk of updates, log, evaluat
     python cleanrl_scaling/sfl_kinetix_jax.py --env-size s --preset 2048
 
 Docs: docs/sfl_kinetix_jax.md. Read top to bottom: Args and the presets, then the algorithm (the environment and its
-random levels, the network, the SFL buffer, GAE, the loss and the minibatches, make_train: rollout, update, scoring,
-evaluation; diagnostics; main); below the marked line, the infrastructure every script shares, then this script's
-multi-host helpers and the layout of level generation on the devices.
+random levels with their layout on the devices, the network, the SFL buffer, GAE, the loss and the minibatches,
+make_train: rollout, update, scoring, evaluation; diagnostics; the multi-device helpers; the host's SFL steps; main
+and its set-up, resume and run-directory plumbing); below the marked line, the infrastructure every script shares.
 """
 import dataclasses
 import functools
@@ -198,6 +198,8 @@ class Args(ScalingArgs, RunArgs):
     """attempts per evaluation level; a level's solve rate is the mean over attempts of 'the first episode solved'"""
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
+    init_from: Optional[str] = None
+    """path of a checkpoint whose network parameters start a new run with this run's flags: fresh optimizer, level buffer and RNG from --seed, step 0 (docs/run_directory.md#a-new-run-from-old-weights)"""
     distributed: bool = False
     """call jax.distributed.initialize() first, for several processes (one per node under Slurm, each using every GPU it sees; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); see docs/sfl_kinetix_jax.md"""
     estimate_memory: bool = False
@@ -392,8 +394,7 @@ def tree_concat(trees):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Random levels: Kinetix's generator behind its no-op filter, a level a function of its key (the layout of the
-# generation on the devices is below the marked line)
+# Random levels: Kinetix's generator behind its no-op filter, a level a function of its key
 # ---------------------------------------------------------------------------------------------------------
 def handmade_level_names(env_size: str) -> list:
     """The hand-designed levels the package ships for this size (levels/{s,m,l}/*.json: Kinetix's eval sets)."""
@@ -470,6 +471,136 @@ def sample_levels(train, args, key, n: int):
     """n random levels: one request, filtered as one batch (Kinetix's filter runs per sampler call); split evenly over
     the devices when they divide n, else replicated."""
     return random_levels(train, args, key, None, 1, n, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Level generation on the devices: a request's keys laid out per device, the generator and no-op filter looped over
+# them in one call, the levels placed where their envs play them
+# ---------------------------------------------------------------------------------------------------------
+def random_levels(train: "Train", args, key, first: Optional[int], rows: int, cols: int, out_rows: int, filtered=True):
+    """rows requests of cols random levels -> levels [out_rows, cols] (out_rows 0: [cols]; rows past `rows` repeat the
+    last), split over the devices when they divide cols (each level made on the device that holds it), else
+    replicated. Request r's key is fold_in(key, first + r) (first None: key itself, one request); its level j is the
+    no-op filter's pick among the candidates of fold_in(request key, j) (pick_candidates), so a level is a function of
+    its key and the batching (--level-batch, chunks, devices) never changes it. Whatever the count, the host makes
+    the same five calls: the candidates' keys, the filter, the picks laid out per device, the generator, the levels
+    placed; filter and generator loop over their steps of level_batch keys per device on the devices."""
+    devices, batch = jax.device_count(), args.level_batch
+    count = rows * cols
+    spread = cols % devices == 0
+    own = count // devices if spread else -(-count // devices)  # keys per device
+    capacity = max(level_calls(args), -(-own // batch))
+    ratio, fold = args.level_filter_ratio, first is not None
+    key = to_global(fetch(key), NamedSharding(env_mesh(), P()))  # 8 bytes: every process passes the same global key
+    trivial = None
+    if filtered and args.level_filter_steps and ratio > 1:
+        laid = level_program("candidate_keys", rows, cols, fold, devices, batch, capacity)(key, first or 0)
+        trivial = train.noop_solved(laid, -(-count // (devices * batch)))
+    laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
+                                                                                                 trivial)
+    return level_program("place_levels", rows, cols, out_rows, spread)(train.sample(laid, -(-own // batch)))
+
+
+@functools.lru_cache(maxsize=64)
+def level_program(name: str, *static):
+    """random_levels' small programs (keys, picks, placement) for these static shapes, compiled in step by every
+    process (InStep: the placement of an uneven split gathers across devices)."""
+    fn = {"candidate_keys": candidate_keys_laid, "chosen_keys": chosen_keys_laid, "place_levels": place_levels}[name]
+    return InStep(name, jax.jit(functools.partial(fn, *static)))
+
+
+def level_calls(args) -> int:
+    """Loop steps per device of the run's largest request (a chunk's fresh levels, a scoring batch, the evaluation set):
+    the size of the looped programs' key array, so one compiled generator and one filter serve them all."""
+    devices = jax.device_count()
+    requests = [args.updates_per_chunk * max(sfl_counts(args)[1], 1), max(args.eval_random_levels, 1)]
+    if not args.no_sfl:
+        requests.append(min(args.sfl_filter_batch, args.sfl_num_levels))
+    return max(-(-count // (devices * args.level_batch)) for count in requests)
+
+
+def looped(per_call, sharding):
+    """per_call (levels or no-op outcomes of G keys) as one program over keys [C, G, 2]: the first `calls` rows in a loop
+    on the devices, the rest left zero; so a request's host work is one call whatever its size (was: a host slice, a
+    transfer and a dispatch per row)."""
+    def run(keys, calls):
+        out = jax.tree.map(lambda s: jnp.zeros((keys.shape[0],) + s.shape, s.dtype), jax.eval_shape(per_call, keys[0]))
+
+        def body(i, out):
+            made = per_call(jax.lax.with_sharding_constraint(jax.lax.dynamic_index_in_dim(keys, i, keepdims=False),
+                                                             sharding))
+            return jax.tree.map(lambda o, x: jax.lax.dynamic_update_index_in_dim(o, x, i, 0), out, made)
+        return jax.lax.fori_loop(0, calls, body, out)
+    return run
+
+
+def request_level_keys(key, first, rows: int, cols: int, fold: bool):
+    """[rows, cols, 2]: fold_in(request key, j), request r's key fold_in(key, first + r) (fold False: key, one row)."""
+    requests = jax.vmap(functools.partial(jax.random.fold_in, key))(
+        jnp.asarray(first, jnp.uint32) + jnp.arange(rows, dtype=jnp.uint32)) if fold else key[None]
+    return jax.vmap(lambda k: level_keys(k, 0, cols))(requests), requests
+
+
+def lay_keys(keys, devices: int, batch: int, capacity: int, spread: bool):
+    """keys [rows, cols, 2] -> [capacity, devices x batch, 2], row c the keys of loop step c. spread (the devices divide
+    cols): device d's part of every row is `batch` of its own columns' keys, row-major, so each level is made on the
+    device that holds it; else the keys in order. Padded with the last key: a level made twice is dropped once."""
+    rows, cols = keys.shape[:2]
+    if spread:
+        own = keys.reshape(rows, devices, cols // devices, 2).transpose(1, 0, 2, 3).reshape(devices, -1, 2)
+        own = jnp.pad(own, ((0, 0), (0, capacity * batch - own.shape[1]), (0, 0)), mode="edge")
+        laid = own.reshape(devices, capacity, batch, 2).transpose(1, 0, 2, 3)
+    else:
+        flat = keys.reshape(-1, 2)
+        laid = jnp.pad(flat, ((0, capacity * devices * batch - flat.shape[0]), (0, 0)), mode="edge")
+    return jax.lax.with_sharding_constraint(laid.reshape(capacity, devices * batch, 2),
+                                            NamedSharding(env_mesh(), P(None, "envs")))
+
+
+def candidate_keys_laid(rows: int, cols: int, fold: bool, devices: int, batch: int, capacity: int, key, first):
+    """The requests' level keys laid out for the no-op filter (each gives its `ratio` candidates' outcomes)."""
+    return lay_keys(request_level_keys(key, first, rows, cols, fold)[0].reshape(1, -1, 2), devices, batch, capacity,
+                    False)
+
+
+def chosen_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int,
+                     spread: bool, key, first, trivial):
+    """The kept candidates' keys laid out for the generator: request r keeps cols of its cols x ratio candidates by
+    Kinetix's weights (pick_candidates, key split(request key)[1]); trivial None: no filter, candidate 0 of each."""
+    keys, requests = request_level_keys(key, first, rows, cols, fold)
+    candidates = jax.vmap(jax.vmap(functools.partial(candidate_keys, ratio=ratio)))(keys)  # [rows, cols, ratio, 2]
+    if trivial is None:
+        chosen = candidates[:, :, 0]
+    else:
+        trivial = trivial.reshape(-1, ratio)[:rows * cols].reshape(rows, cols * ratio)
+        picks = jax.vmap(pick_candidates, (0, 0, None))(jax.vmap(lambda k: jax.random.split(k)[1])(requests), trivial,
+                                                        cols)  # [rows, cols]
+        chosen = candidates.reshape(rows, cols * ratio, 2)[jnp.arange(rows)[:, None], picks]
+    return lay_keys(chosen, devices, batch, capacity, spread)
+
+
+def place_levels(rows: int, cols: int, out_rows: int, spread: bool, made):
+    """The generator's output (laid out by lay_keys) as [out_rows, cols] levels, the rows past `rows` repeating the last
+    (out_rows 0: [cols]); spread: cols split over the mesh, every step moving levels within their device only."""
+    mesh = env_mesh()
+    devices = mesh.size
+
+    def on_devices(x, spec):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec if spread else P()))
+
+    def one(x):
+        tail = x.shape[2:]
+        if spread:
+            x = on_devices(x.reshape((x.shape[0], devices, -1) + tail), P(None, "envs"))  # [C, D, batch, ...]
+            x = jnp.swapaxes(x, 0, 1).reshape((devices, -1) + tail)[:, :rows * (cols // devices)]  # [D, own, ...]
+            x = jnp.swapaxes(on_devices(x.reshape((devices, rows, cols // devices) + tail), P("envs")), 0, 1)
+            x = x.reshape((rows, cols) + tail)
+        else:
+            x = x.reshape((-1,) + tail)[:rows * cols].reshape((rows, cols) + tail)
+        if out_rows == 0:
+            return on_devices(x[0], P("envs"))
+        return on_devices(jnp.concatenate([x, jnp.repeat(x[-1:], out_rows - rows, axis=0)]), P(None, "envs"))
+    return jax.tree.map(one, made)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1363,6 +1494,99 @@ def compute_diagnostics(network: ActorCritic, probe: Probe, train: TrainState, b
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Several devices and processes: the mesh, host <-> device boundaries, barriers, programs started in step
+# ---------------------------------------------------------------------------------------------------------
+def init_distributed() -> None:
+    """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
+    coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
+    count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
+    if "JAX_LOCAL_DEVICE_IDS" not in os.environ:  # a user who names the devices keeps them
+        use_every_visible_gpu()
+
+
+def use_every_visible_gpu() -> None:
+    """Under Slurm, jax.distributed.initialize keeps one GPU per process (GPU number SLURM_LOCALID); a process here
+    uses every GPU that Slurm lets it see (one process per node: all of the node's; one per GPU: its own)."""
+    jax.config.update("jax_cuda_visible_devices", "all")
+    jax.config.update("jax_rocm_visible_devices", "all")
+
+
+def env_mesh() -> Mesh:
+    """docs/sfl_kinetix_jax.md#checkpoints-failures-devices: one mesh axis "envs" over every device of every process (jax.devices() is the global list)."""
+    return Mesh(np.array(jax.devices()), ("envs",))
+
+
+# Host <-> device boundaries of the host loop. With several processes a sharded array is one global value of which each
+# process holds only its devices' shards: host values go in with to_global, results come out with fetch.
+def to_global(host_tree, shardings):
+    """Host values as global arrays laid out by `shardings` (one sharding or a matching tree); each process fills only
+    its own devices' shards, from the same host value (everything is derived from the seed, so all processes agree)."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        shardings = jax.tree.map(lambda _: shardings, host_tree)
+
+    def one(x, sharding):
+        x = np.asarray(x)
+        if jax.process_count() == 1:  # one transfer call for all devices
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+    return jax.tree.map(one, host_tree, shardings)
+
+
+def fetch(tree):
+    """Numpy copy of device arrays; an array spread over several processes is gathered from all of them, which is a
+    collective: every process must call fetch at the same point of the loop, also when only process 0 uses the result."""
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_get(x)
+    return jax.tree.map(one, tree)
+
+
+def lockstep(name: str) -> None:
+    """Several processes: wait until all get here (the coordination service's barrier, the one JAX's own checkpointing
+    uses; no timeout that a slow step could hit), so that work done by process 0 alone (logs, checkpoint files) never
+    makes the others' next collective wait past gloo's 30 s."""
+    if jax.process_count() > 1:
+        from jax._src import distributed
+        lockstep.count = getattr(lockstep, "count", 0) + 1  # a barrier name is used once
+        distributed.global_state.client.wait_at_barrier(f"sfl_kinetix_jax/{name}/{lockstep.count}", 24 * 3600 * 1000)
+
+
+class InStep:
+    """A jitted program that, with several processes, every process compiles first and then starts together with the
+    others: gloo connects the processes when a program first runs a collective and gives up if one is 30 s late, and
+    compiles (minutes for the level generator) take each process a different time. One process: the plain jit."""
+
+    def __init__(self, name: str, jitted):
+        self.name, self.jitted, self.compiled = name, jitted, {}
+
+    def lower(self, *args):
+        return self.jitted.lower(*args)
+
+    def __call__(self, *args):
+        if jax.process_count() == 1:
+            return self.jitted(*args)
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, tuple((np.shape(x), np.result_type(x), getattr(x, "sharding", None)) for x in leaves))
+        if key not in self.compiled:
+            self.compiled[key] = self.jitted.lower(*args).compile()
+            lockstep(f"compiled {self.name}")
+        return self.compiled[key](*args)
+
+
+def agreed_signal(signum: int) -> int:
+    """The stop signal of any process (Slurm or a user may signal one task only), so that all stop at the same chunk
+    with the same exit code."""
+    if jax.process_count() == 1:
+        return signum
+    lockstep("stop")  # evaluation compiles on each process alone, at its own speed
+    return int(multihost_utils.process_allgather(np.int32(signum)).max())
+
+
+# ---------------------------------------------------------------------------------------------------------
 # SFL on the host: the level streams, the buffer refresh every T updates, a chunk's fresh levels
 # ---------------------------------------------------------------------------------------------------------
 def level_streams(seed: int):
@@ -1405,6 +1629,121 @@ def listed_levels(levels, num_envs: int, updates_per_chunk: int):
     count = jax.tree.leaves(levels)[0].shape[0]
     per_env = tree_take(levels, jnp.arange(num_envs) % count)
     return jax.tree.map(lambda x: jnp.broadcast_to(x[None], (updates_per_chunk, *x.shape)), per_env)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Set-up phases announced: what JAX traces, compiles and loads from the compilation cache while each runs
+# ---------------------------------------------------------------------------------------------------------
+class CompileWatch:
+    """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
+    records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
+    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
+    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
+    cached and not counted."""
+    SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+             "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
+    ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
+                  "_cache_read": "loading a program from the compilation cache",
+                  "backend_compile_and_load": "compiling a program not in the compilation cache"}
+
+    def __init__(self):
+        self.spans = []  # (start, end) wall times of every trace, lowering and compile
+        self.compiled = self.loaded = 0
+        self.hit = False
+
+    def listen(self) -> "CompileWatch":
+        jax.monitoring.register_event_listener(self.event)
+        jax.monitoring.register_event_time_span_listener(self.span)
+        return self
+
+    def event(self, event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.hit = True
+
+    def span(self, event: str, start: float, end: float, **kwargs) -> None:
+        if event not in self.SPANS:
+            return
+        self.spans.append((start, end))
+        if event == self.SPANS[-1]:
+            worth_caching = end - start >= jax.config.jax_persistent_cache_min_compile_time_secs
+            self.loaded, self.compiled = self.loaded + self.hit, self.compiled + (not self.hit and worth_caching)
+            self.hit = False
+
+    def seconds_between(self, t0: float, t1: float) -> float:
+        """Wall seconds of [t0, t1] spent tracing, lowering or compiling (nested traces counted once)."""
+        total, reached = 0.0, t0
+        for start, end in sorted(self.spans):
+            start, end = max(start, reached), min(end, t1)
+            if end > start:
+                total, reached = total + end - start, end
+        return total
+
+    @classmethod
+    def activity(cls, thread_id: int) -> str:
+        """What that thread does in JAX's compiler now ("" if nothing): Kinetix's level generator and no-op filter
+        take minutes to trace on a loaded CPU even when the cache has them, and minutes to compile when it has not."""
+        frame = sys._current_frames().get(thread_id)
+        while frame is not None:
+            if frame.f_code.co_name in cls.ACTIVITIES:
+                return cls.ACTIVITIES[frame.f_code.co_name]
+            frame = frame.f_back
+        return ""
+
+
+COMPILES = CompileWatch().listen()
+HEARTBEAT_SECONDS = 10.0  # while a phase runs, a line at least this often: a first run on a CPU compiles for minutes
+
+
+class Phase:
+    """A phase of the run, announced: a line when it starts, one every HEARTBEAT_SECONDS while it runs (saying whether
+    JAX is tracing, loading a program from the persistent compilation cache or compiling one it did not have, then
+    with `note`), and one with its time and what it compiled or loaded when it ends. quiet: only the periodic lines
+    and, after them, the last."""
+
+    def __init__(self, what: str, note: str = "", quiet: bool = False):
+        self.what, self.note, self.quiet = what, note, quiet
+
+    def __enter__(self):
+        self.t0, self.counts, self.beats = time.time(), (COMPILES.compiled, COMPILES.loaded), 0
+        self.done, self.thread_id = threading.Event(), threading.get_ident()
+        if not self.quiet:
+            self.say(f"{self.what} ...")
+        self.heartbeat = threading.Thread(target=self.beat, daemon=True)
+        self.heartbeat.start()
+        return self
+
+    def beat(self) -> None:
+        while not self.done.wait(self.until_next_beat()):
+            self.beats += 1
+            self.say(f"{self.what}: {time.time() - self.t0:.0f}s so far{self.status()}")
+
+    def until_next_beat(self) -> float:
+        """Seconds to the next multiple of HEARTBEAT_SECONDS since the start, so that a line a busy CPU delayed does
+        not delay the ones after it; at least half a period, so that a late line is not followed at once by another."""
+        wait = HEARTBEAT_SECONDS - (time.time() - self.t0) % HEARTBEAT_SECONDS
+        return wait if wait >= HEARTBEAT_SECONDS / 2 else wait + HEARTBEAT_SECONDS
+
+    def status(self, end: bool = False) -> str:
+        now = time.time()
+        compiled, loaded = COMPILES.compiled - self.counts[0], COMPILES.loaded - self.counts[1]
+        parts = []
+        if compiled or loaded:
+            parts.append(f"{compiled} program(s) compiled, {loaded} loaded from the compilation cache")
+        activity = "" if end else COMPILES.activity(self.thread_id)
+        if activity:
+            parts.append(activity + (f": {self.note}" if self.note and activity.startswith("compiling") else ""))
+        if end and parts:
+            parts.append(f"{COMPILES.seconds_between(self.t0, now):.0f}s of it tracing and compiling")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.heartbeat.join()
+        if exc[0] is None and (not self.quiet or self.beats):
+            self.say(f"{self.what}: {time.time() - self.t0:.1f}s{self.status(end=True)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1493,8 +1832,14 @@ def check_per_device_stats(args, num_minibatches: int, filter_batch: int) -> Non
 
 
 # Flags a resume may change besides the shared ones: the evaluation (its own levels and key, never training's), the
-# process layout (one process or several compute the same run) and --estimate-memory, which trains nothing
-RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory")
+# process layout (one process or several compute the same run), --estimate-memory, which trains nothing, and
+# --init-from, which --resume overrides
+RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory",
+             "init_from")
+# what --init-from must share with its checkpoint: what decides the network parameters' shapes (the env size decides
+# the observation and action sizes), the transformer's widths only for the transformer
+INIT_FROM_KEYS = ("env_size", "network", "hidden_size", "num_hidden_layers")
+TRANSFORMER_KEYS = ("embed_dim", "attention_size", "num_heads", "transformer_depth")
 # what a checkpoint written before a flag existed stands for, where not the flag's default: one written before
 # --train-levels trained on random levels, one written before --obs-dtype on float32 observations; before
 # --attention-size only MLP checkpoints can resume (the older transformer fails restore_runner's shape check); one
@@ -1512,20 +1857,32 @@ def apply_scaling(args, scaling: dict) -> None:
     args.num_iterations = args.total_timesteps // args.batch_size
 
 
+def load_start(args, signature: dict, scaling: dict):
+    """The checkpoint to start from, or None. --resume wins over --init-from: an interrupted new run continues from its
+    own checkpoint (the launcher's --resume-unfinished appends --resume to the argv that held --init-from)."""
+    implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
+    if args.resume:
+        return load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling,
+                               new_run=f"--init-from {args.resume} instead of --resume for a new run from its weights")
+    if args.init_from:
+        keys = INIT_FROM_KEYS + (TRANSFORMER_KEYS if args.network == "transformer" else ())
+        return load_checkpoint(args.init_from, SCRIPT, {key: signature[key] for key in keys}, "--init-from",
+                               implied=implied)
+    return None
+
+
 def read_args() -> tuple:
-    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint of --resume
-    (or None); every usage error exits 2 here, before anything heavy starts. With --distributed, the processes join
-    first."""
+    """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
+    (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts. With
+    --distributed, the processes join first."""
     if "--distributed" in sys.argv[1:]:  # before anything touches the devices
         init_distributed()
     args = tyro.cli(Args, description=help_description(__doc__))
     try:
         scaling = validate(args, sys.argv[1:])
         signature = resume_signature(args, RESUMABLE)  # the flags as given (and the preset's), before apply_scaling
-        implied = older_signature(args, RESUMABLE, SIGNATURE_IMPLIED)
-        ckpt = (load_checkpoint(args.resume, SCRIPT, signature, implied=implied, resolved=scaling) if args.resume
-                else None)
-        check(not ckpt or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
+        ckpt = load_start(args, signature, scaling)
+        check(not args.resume or ckpt["iteration"] < args.total_timesteps // scaling["batch_size"],
               f"--total-timesteps {args.total_timesteps}: the checkpoint is already at iteration "
               f"{ckpt and ckpt['iteration']}; raise it to continue")
         if not args.estimate_memory:
@@ -1553,6 +1910,59 @@ def describe_run(args, scaling: dict) -> None:
               "at every update (docs/sfl_kinetix_jax.md, SFL)")
 
 
+def estimate_memory(train: Train, args, template: RunnerState, sample_level_example) -> dict:
+    """XLA's compiled-memory analysis of each program at this configuration's shapes, per device; nothing runs."""
+    mesh = train.mesh
+    sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
+
+    def abstract(tree, sharding, lead=()):
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(lead + tuple(x.shape), x.dtype, sharding=sharding), tree)
+
+    def per_level(n, sharding):
+        return abstract(jax.tree.map(lambda x: x[0], sample_level_example), sharding, (n,))
+    runner = abstract(template, replicated)
+    fresh_count = sfl_counts(args)[1]
+    fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
+    fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
+                                                        sharding=fresh_sharding), sample_level_example)
+    hyper = Hyper(*(jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for _ in range(4)))
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+    keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
+                                sharding=NamedSharding(mesh, P(None, "envs")))
+    lowered = {"train_chunk": train.train_chunk.lower(hyper, fresh, runner, scalar, scalar),
+               "level_sampler": train.sample.lower(keys, scalar)}
+    if train.diagnose is not None:  # the diagnostics pass: one update and the probe
+        lowered["diagnostics"] = train.diagnose.lower(hyper, fresh, runner, scalar)
+    if args.level_filter_steps and args.level_filter_ratio > 1:
+        lowered["level_filter"] = train.noop_solved.lower(keys, scalar)
+    if not args.no_sfl:
+        lowered["sfl_scoring"] = train.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
+    out = {}
+    for name, low in lowered.items():
+        t0 = time.time()
+        stats = low.compile().memory_analysis()
+        total = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
+        out[name] = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
+                     "temp_bytes": stats.temp_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
+                     "total_bytes": total, "compile_seconds": time.time() - t0}
+    return out
+
+
+def print_memory_estimate(report: dict) -> None:
+    """--estimate-memory's lines, then the report as one JSON line."""
+    for name, stats in report.items():
+        print(f"{name}: {stats['total_bytes'] / 2**30:.3f} GiB per device (arguments "
+              f"{stats['argument_bytes'] / 2**30:.3f}, outputs {stats['output_bytes'] / 2**30:.3f}, temporaries "
+              f"{stats['temp_bytes'] / 2**30:.3f}, aliased {stats['alias_bytes'] / 2**30:.3f}; compiled in "
+              f"{stats['compile_seconds']:.1f}s)")
+    peak = max(s["total_bytes"] for s in report.values())
+    print(f"estimated peak per device: {peak / 2**30:.3f} GiB over {jax.device_count()} devices "
+          f"({jax.default_backend()}); the programs run one at a time")
+    print(json.dumps({"estimate_memory": report, "peak_bytes": peak, "devices": jax.device_count()}))
+
+
 def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerState:
     ref = jax.tree.leaves(template)
     check(len(ref) == len(leaves) and all(np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
@@ -1561,16 +1971,30 @@ def restore_runner(template: RunnerState, leaves: list, flag: str) -> RunnerStat
     return jax.tree.unflatten(jax.tree.structure(template), [jnp.asarray(x) for x in leaves])
 
 
+def with_params_of(template: RunnerState, leaves: list) -> RunnerState:
+    """--init-from: the runner of --seed with the checkpoint's network parameters, theta_prox equal to them as a new
+    run starts it (make_train's init); optimizer, level buffer and RNG key are the template's. The parameters lead the
+    checkpoint's leaves (RunnerState flattens train.params first)."""
+    count = len(jax.tree.leaves(template.train.params))
+    params = restore_runner(template.train.params, leaves[:count], "--init-from")
+    return template.replace(train=template.train.replace(params=params, prox_params=jax.tree.map(jnp.copy, params)))
+
+
 def initial_state(train: Train, args, ckpt, template: RunnerState) -> tuple:
-    """(runner, hyper) as global values: the runner of --seed (template) or of the checkpoint, and the
-    hyperparameters a sweep changes (traced, so one compiled chunk serves them all)."""
+    """(runner, hyper) as global values: the runner of --seed (template), of the checkpoint (--resume) or of --seed
+    with the checkpoint's parameters (--init-from), and the hyperparameters a sweep changes (traced, so one compiled
+    chunk serves them all)."""
     runner = template
-    if ckpt:
-        try:
+    try:
+        if args.resume:
             runner = restore_runner(template, ckpt["runner"], "--resume")
-        except UsageError as e:
-            exit_usage(e)
-        print(f"resuming {args.resume} at iteration {ckpt['iteration']}")
+            print(f"resuming {args.resume} at iteration {ckpt['iteration']}")
+        elif ckpt:
+            runner = with_params_of(template, ckpt["runner"])
+            print(f"starting from {args.init_from} (parameters of iteration {ckpt['iteration']}); new run with this "
+                  "run's flags")
+    except UsageError as e:
+        exit_usage(e)
     lockstep("init")  # init compiled on each process alone
     replicated = NamedSharding(train.mesh, P())
     runner = to_global(fetch(runner), train.shardings(runner))
@@ -1668,9 +2092,56 @@ class ChunkClock:
         return with_warmup, with_warmup
 
 
+# The run directory: logs cut back on resume, rows timed by the run's active seconds
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def log_sizes(run_dir: str) -> dict:
+    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
+            if os.path.exists(os.path.join(run_dir, name))}
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
+    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
+    without recorded sizes keeps the rows up to its iteration."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if line.strip()
+                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
+        atomic_write(path, kept)
+
+
+def active_time_logger(run_dir: str, config: dict, args, total_steps: int, start_iteration: int,
+                       clock: ChunkClock):
+    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
+    sessions before the resumed checkpoint plus this one, never the time between sessions."""
+    logger = RunLogger(run_dir, config, args, total_steps, start_iteration, headline="charts/solve_rate_random")
+    logger.wall_clock = clock.wall_time  # the shared logger's hook for a row's wall_time
+    return logger
+
+
+def started_at(run_dir: str, default: int) -> int:
+    """The iteration a resumed run first started from (0, also for a new run from --init-from), from its config.json."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return int(json.load(f).get("start_iteration", default))
+    except (OSError, ValueError, TypeError):
+        return default
+
+
 def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock, evaluation: Evaluation):
     """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
-    the checkpoint) with config.json, and its logger; None on the other processes, which write nothing."""
+    the checkpoint) with config.json, and its logger; None on the other processes, which write nothing. config.json
+    records the --init-from checkpoint and the iteration the run first started from (utils/aggregate.py reads both)."""
     if jax.process_index() != 0:
         return None
     if args.resume:
@@ -1682,13 +2153,13 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock,
     from_buffer, from_fresh = sfl_counts(args)
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
-              "git_commit": git_commit(), "script": SCRIPT, "start_iteration": start_iteration,
+              "git_commit": git_commit(), "script": SCRIPT, "init_from": args.init_from,
+              "start_iteration": started_at(run_dir, start_iteration) if args.resume else start_iteration,
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "level_blocks": level_blocks(from_buffer, from_fresh),
                       "handmade_levels": evaluation.handmade_names, "train_levels": list(args.train_levels)}}
-    logger = ActiveTimeLogger(run_dir, config, args, args.num_iterations * args.batch_size,
-                              start_iteration if args.resume else 0, headline="charts/solve_rate_random",
-                              active_before=clock.wall_offset, session_start=clock.start)
+    logger = active_time_logger(run_dir, config, args, args.num_iterations * args.batch_size,
+                                start_iteration if args.resume else 0, clock)
     announce_run(logger.run_dir)
     return logger
 
@@ -1812,7 +2283,7 @@ def main():
     runner, hyper = initial_state(train, args, ckpt, template)
     evaluation, listed = load_levels(train, args)
     print(f"levels, {len(evaluation.handmade_names)} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
-    start_iteration = ckpt["iteration"] if ckpt else 0
+    start_iteration = ckpt["iteration"] if args.resume else 0
     clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0,
                        ckpt.get("filter_seconds", 0.0) if args.resume else 0.0)
     logger = open_run(args, scaling, ckpt, start_iteration, clock, evaluation)
@@ -2334,435 +2805,6 @@ def kl_profile(kl_between) -> tuple:
     return seq, ref
 
 # <<< shared:diagnostics
-
-# ---------------------------------------------------------------------------------------------------------
-# This script's run directory: logs cut back on resume, setup phases announced, rows timed by active seconds
-# ---------------------------------------------------------------------------------------------------------
-LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
-
-
-def log_sizes(run_dir: str) -> dict:
-    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
-            if os.path.exists(os.path.join(run_dir, name))}
-
-
-def cut_logs(run_dir: str, ckpt: dict) -> None:
-    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
-    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
-    without recorded sizes keeps the rows up to its iteration."""
-    sizes = ckpt.get("log_sizes")
-    for name in LOG_FILES:
-        path = os.path.join(run_dir, name)
-        if not os.path.exists(path):
-            continue
-        if sizes is not None:
-            with open(path, "rb") as f:
-                kept = f.read(sizes.get(name, 0))
-        else:
-            with open(path) as f:
-                kept = "".join(line for line in f if line.strip()
-                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
-        atomic_write(path, kept)
-
-
-class CompileWatch:
-    """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
-    records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
-    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
-    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
-    cached and not counted."""
-    SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-             "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
-    ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
-                  "_cache_read": "loading a program from the compilation cache",
-                  "backend_compile_and_load": "compiling a program not in the compilation cache"}
-
-    def __init__(self):
-        self.spans = []  # (start, end) wall times of every trace, lowering and compile
-        self.compiled = self.loaded = 0
-        self.hit = False
-
-    def listen(self) -> "CompileWatch":
-        jax.monitoring.register_event_listener(self.event)
-        jax.monitoring.register_event_time_span_listener(self.span)
-        return self
-
-    def event(self, event: str, **kwargs) -> None:
-        if event == "/jax/compilation_cache/cache_hits":
-            self.hit = True
-
-    def span(self, event: str, start: float, end: float, **kwargs) -> None:
-        if event not in self.SPANS:
-            return
-        self.spans.append((start, end))
-        if event == self.SPANS[-1]:
-            worth_caching = end - start >= jax.config.jax_persistent_cache_min_compile_time_secs
-            self.loaded, self.compiled = self.loaded + self.hit, self.compiled + (not self.hit and worth_caching)
-            self.hit = False
-
-    def seconds_between(self, t0: float, t1: float) -> float:
-        """Wall seconds of [t0, t1] spent tracing, lowering or compiling (nested traces counted once)."""
-        total, reached = 0.0, t0
-        for start, end in sorted(self.spans):
-            start, end = max(start, reached), min(end, t1)
-            if end > start:
-                total, reached = total + end - start, end
-        return total
-
-    @classmethod
-    def activity(cls, thread_id: int) -> str:
-        """What that thread does in JAX's compiler now ("" if nothing): Kinetix's level generator and no-op filter
-        take minutes to trace on a loaded CPU even when the cache has them, and minutes to compile when it has not."""
-        frame = sys._current_frames().get(thread_id)
-        while frame is not None:
-            if frame.f_code.co_name in cls.ACTIVITIES:
-                return cls.ACTIVITIES[frame.f_code.co_name]
-            frame = frame.f_back
-        return ""
-
-
-COMPILES = CompileWatch().listen()
-HEARTBEAT_SECONDS = 10.0  # while a phase runs, a line at least this often: a first run on a CPU compiles for minutes
-
-
-class Phase:
-    """A phase of the run, announced: a line when it starts, one every HEARTBEAT_SECONDS while it runs (saying whether
-    JAX is tracing, loading a program from the persistent compilation cache or compiling one it did not have, then
-    with `note`), and one with its time and what it compiled or loaded when it ends. quiet: only the periodic lines
-    and, after them, the last."""
-
-    def __init__(self, what: str, note: str = "", quiet: bool = False):
-        self.what, self.note, self.quiet = what, note, quiet
-
-    def __enter__(self):
-        self.t0, self.counts, self.beats = time.time(), (COMPILES.compiled, COMPILES.loaded), 0
-        self.done, self.thread_id = threading.Event(), threading.get_ident()
-        if not self.quiet:
-            self.say(f"{self.what} ...")
-        self.heartbeat = threading.Thread(target=self.beat, daemon=True)
-        self.heartbeat.start()
-        return self
-
-    def beat(self) -> None:
-        while not self.done.wait(self.until_next_beat()):
-            self.beats += 1
-            self.say(f"{self.what}: {time.time() - self.t0:.0f}s so far{self.status()}")
-
-    def until_next_beat(self) -> float:
-        """Seconds to the next multiple of HEARTBEAT_SECONDS since the start, so that a line a busy CPU delayed does
-        not delay the ones after it; at least half a period, so that a late line is not followed at once by another."""
-        wait = HEARTBEAT_SECONDS - (time.time() - self.t0) % HEARTBEAT_SECONDS
-        return wait if wait >= HEARTBEAT_SECONDS / 2 else wait + HEARTBEAT_SECONDS
-
-    def status(self, end: bool = False) -> str:
-        now = time.time()
-        compiled, loaded = COMPILES.compiled - self.counts[0], COMPILES.loaded - self.counts[1]
-        parts = []
-        if compiled or loaded:
-            parts.append(f"{compiled} program(s) compiled, {loaded} loaded from the compilation cache")
-        activity = "" if end else COMPILES.activity(self.thread_id)
-        if activity:
-            parts.append(activity + (f": {self.note}" if self.note and activity.startswith("compiling") else ""))
-        if end and parts:
-            parts.append(f"{COMPILES.seconds_between(self.t0, now):.0f}s of it tracing and compiling")
-        return f" ({'; '.join(parts)})" if parts else ""
-
-    def say(self, text: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.heartbeat.join()
-        if exc[0] is None and (not self.quiet or self.beats):
-            self.say(f"{self.what}: {time.time() - self.t0:.1f}s{self.status(end=True)}")
-
-
-class ActiveTimeLogger(RunLogger):
-    """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
-    sessions before the resumed checkpoint plus this one, never the time between sessions."""
-
-    def __init__(self, *args, active_before: float = 0.0, session_start: Optional[float] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.active_before, self.session_start = active_before, session_start or time.time()
-
-    def wall_clock(self) -> float:
-        return self.active_before + time.time() - self.session_start
-
-
-def estimate_memory(train: Train, args, template: RunnerState, sample_level_example) -> dict:
-    """XLA's compiled-memory analysis of each program at this configuration's shapes, per device; nothing runs."""
-    mesh = train.mesh
-    sharded, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
-
-    def abstract(tree, sharding, lead=()):
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(lead + tuple(x.shape), x.dtype, sharding=sharding), tree)
-
-    def per_level(n, sharding):
-        return abstract(jax.tree.map(lambda x: x[0], sample_level_example), sharding, (n,))
-    runner = abstract(template, replicated)
-    fresh_count = sfl_counts(args)[1]
-    fresh_sharding = NamedSharding(mesh, P(None, "envs") if fresh_count % jax.device_count() == 0 else P())
-    fresh = jax.tree.map(lambda x: jax.ShapeDtypeStruct((args.updates_per_chunk, fresh_count) + x.shape[1:], x.dtype,
-                                                        sharding=fresh_sharding), sample_level_example)
-    hyper = Hyper(*(jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for _ in range(4)))
-    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-    filter_batch = min(args.sfl_filter_batch, args.sfl_num_levels)
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    keys = jax.ShapeDtypeStruct((level_calls(args), args.level_batch * jax.device_count(), 2), jnp.uint32,
-                                sharding=NamedSharding(mesh, P(None, "envs")))
-    lowered = {"train_chunk": train.train_chunk.lower(hyper, fresh, runner, scalar, scalar),
-               "level_sampler": train.sample.lower(keys, scalar)}
-    if train.diagnose is not None:  # the diagnostics pass: one update and the probe
-        lowered["diagnostics"] = train.diagnose.lower(hyper, fresh, runner, scalar)
-    if args.level_filter_steps and args.level_filter_ratio > 1:
-        lowered["level_filter"] = train.noop_solved.lower(keys, scalar)
-    if not args.no_sfl:
-        lowered["sfl_scoring"] = train.score.lower(runner.train.params, per_level(filter_batch, sharded), key)
-    out = {}
-    for name, low in lowered.items():
-        t0 = time.time()
-        stats = low.compile().memory_analysis()
-        total = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
-        out[name] = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
-                     "temp_bytes": stats.temp_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
-                     "total_bytes": total, "compile_seconds": time.time() - t0}
-    return out
-
-
-def print_memory_estimate(report: dict) -> None:
-    """--estimate-memory's lines, then the report as one JSON line."""
-    for name, stats in report.items():
-        print(f"{name}: {stats['total_bytes'] / 2**30:.3f} GiB per device (arguments "
-              f"{stats['argument_bytes'] / 2**30:.3f}, outputs {stats['output_bytes'] / 2**30:.3f}, temporaries "
-              f"{stats['temp_bytes'] / 2**30:.3f}, aliased {stats['alias_bytes'] / 2**30:.3f}; compiled in "
-              f"{stats['compile_seconds']:.1f}s)")
-    peak = max(s["total_bytes"] for s in report.values())
-    print(f"estimated peak per device: {peak / 2**30:.3f} GiB over {jax.device_count()} devices "
-          f"({jax.default_backend()}); the programs run one at a time")
-    print(json.dumps({"estimate_memory": report, "peak_bytes": peak, "devices": jax.device_count()}))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Several devices and processes: the mesh, host <-> device boundaries, barriers, programs started in step
-# ---------------------------------------------------------------------------------------------------------
-def init_distributed() -> None:
-    """Several hosts form one device mesh. Under Slurm (or another cluster JAX detects) every process finds the
-    coordinator and its rank itself; elsewhere set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID."""
-    count, rank = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
-    # without it, CPU processes have no cross-process collectives; only the CPU backend reads it (GPUs use NCCL)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(num_processes=int(count) if count else None, process_id=int(rank) if rank else None)
-    if "JAX_LOCAL_DEVICE_IDS" not in os.environ:  # a user who names the devices keeps them
-        use_every_visible_gpu()
-
-
-def use_every_visible_gpu() -> None:
-    """Under Slurm, jax.distributed.initialize keeps one GPU per process (GPU number SLURM_LOCALID); a process here
-    uses every GPU that Slurm lets it see (one process per node: all of the node's; one per GPU: its own)."""
-    jax.config.update("jax_cuda_visible_devices", "all")
-    jax.config.update("jax_rocm_visible_devices", "all")
-
-
-def env_mesh() -> Mesh:
-    """docs/sfl_kinetix_jax.md#checkpoints-failures-devices: one mesh axis "envs" over every device of every process (jax.devices() is the global list)."""
-    return Mesh(np.array(jax.devices()), ("envs",))
-
-
-# Host <-> device boundaries of the host loop. With several processes a sharded array is one global value of which each
-# process holds only its devices' shards: host values go in with to_global, results come out with fetch.
-def to_global(host_tree, shardings):
-    """Host values as global arrays laid out by `shardings` (one sharding or a matching tree); each process fills only
-    its own devices' shards, from the same host value (everything is derived from the seed, so all processes agree)."""
-    if isinstance(shardings, jax.sharding.Sharding):
-        shardings = jax.tree.map(lambda _: shardings, host_tree)
-
-    def one(x, sharding):
-        x = np.asarray(x)
-        if jax.process_count() == 1:  # one transfer call for all devices
-            return jax.device_put(x, sharding)
-        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-    return jax.tree.map(one, host_tree, shardings)
-
-
-def fetch(tree):
-    """Numpy copy of device arrays; an array spread over several processes is gathered from all of them, which is a
-    collective: every process must call fetch at the same point of the loop, also when only process 0 uses the result."""
-    def one(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return multihost_utils.process_allgather(x, tiled=True)
-        return jax.device_get(x)
-    return jax.tree.map(one, tree)
-
-
-def lockstep(name: str) -> None:
-    """Several processes: wait until all get here (the coordination service's barrier, the one JAX's own checkpointing
-    uses; no timeout that a slow step could hit), so that work done by process 0 alone (logs, checkpoint files) never
-    makes the others' next collective wait past gloo's 30 s."""
-    if jax.process_count() > 1:
-        from jax._src import distributed
-        lockstep.count = getattr(lockstep, "count", 0) + 1  # a barrier name is used once
-        distributed.global_state.client.wait_at_barrier(f"sfl_kinetix_jax/{name}/{lockstep.count}", 24 * 3600 * 1000)
-
-
-class InStep:
-    """A jitted program that, with several processes, every process compiles first and then starts together with the
-    others: gloo connects the processes when a program first runs a collective and gives up if one is 30 s late, and
-    compiles (minutes for the level generator) take each process a different time. One process: the plain jit."""
-
-    def __init__(self, name: str, jitted):
-        self.name, self.jitted, self.compiled = name, jitted, {}
-
-    def lower(self, *args):
-        return self.jitted.lower(*args)
-
-    def __call__(self, *args):
-        if jax.process_count() == 1:
-            return self.jitted(*args)
-        leaves, tree = jax.tree.flatten(args)
-        key = (tree, tuple((np.shape(x), np.result_type(x), getattr(x, "sharding", None)) for x in leaves))
-        if key not in self.compiled:
-            self.compiled[key] = self.jitted.lower(*args).compile()
-            lockstep(f"compiled {self.name}")
-        return self.compiled[key](*args)
-
-
-def agreed_signal(signum: int) -> int:
-    """The stop signal of any process (Slurm or a user may signal one task only), so that all stop at the same chunk
-    with the same exit code."""
-    if jax.process_count() == 1:
-        return signum
-    lockstep("stop")  # evaluation compiles on each process alone, at its own speed
-    return int(multihost_utils.process_allgather(np.int32(signum)).max())
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Level generation on the devices: a request's keys laid out per device, the generator and no-op filter looped over
-# them in one call, the levels placed where their envs play them
-# ---------------------------------------------------------------------------------------------------------
-def random_levels(train: Train, args, key, first: Optional[int], rows: int, cols: int, out_rows: int, filtered=True):
-    """rows requests of cols random levels -> levels [out_rows, cols] (out_rows 0: [cols]; rows past `rows` repeat the
-    last), split over the devices when they divide cols (each level made on the device that holds it), else
-    replicated. Request r's key is fold_in(key, first + r) (first None: key itself, one request); its level j is the
-    no-op filter's pick among the candidates of fold_in(request key, j) (pick_candidates), so a level is a function of
-    its key and the batching (--level-batch, chunks, devices) never changes it. Whatever the count, the host makes
-    the same five calls: the candidates' keys, the filter, the picks laid out per device, the generator, the levels
-    placed; filter and generator loop over their steps of level_batch keys per device on the devices."""
-    devices, batch = jax.device_count(), args.level_batch
-    count = rows * cols
-    spread = cols % devices == 0
-    own = count // devices if spread else -(-count // devices)  # keys per device
-    capacity = max(level_calls(args), -(-own // batch))
-    ratio, fold = args.level_filter_ratio, first is not None
-    key = to_global(fetch(key), NamedSharding(env_mesh(), P()))  # 8 bytes: every process passes the same global key
-    trivial = None
-    if filtered and args.level_filter_steps and ratio > 1:
-        laid = level_program("candidate_keys", rows, cols, fold, devices, batch, capacity)(key, first or 0)
-        trivial = train.noop_solved(laid, -(-count // (devices * batch)))
-    laid = level_program("chosen_keys", rows, cols, ratio, fold, devices, batch, capacity, spread)(key, first or 0,
-                                                                                                 trivial)
-    return level_program("place_levels", rows, cols, out_rows, spread)(train.sample(laid, -(-own // batch)))
-
-
-@functools.lru_cache(maxsize=64)
-def level_program(name: str, *static):
-    """random_levels' small programs (keys, picks, placement) for these static shapes, compiled in step by every
-    process (InStep: the placement of an uneven split gathers across devices)."""
-    fn = {"candidate_keys": candidate_keys_laid, "chosen_keys": chosen_keys_laid, "place_levels": place_levels}[name]
-    return InStep(name, jax.jit(functools.partial(fn, *static)))
-
-
-def level_calls(args) -> int:
-    """Loop steps per device of the run's largest request (a chunk's fresh levels, a scoring batch, the evaluation set):
-    the size of the looped programs' key array, so one compiled generator and one filter serve them all."""
-    devices = jax.device_count()
-    requests = [args.updates_per_chunk * max(sfl_counts(args)[1], 1), max(args.eval_random_levels, 1)]
-    if not args.no_sfl:
-        requests.append(min(args.sfl_filter_batch, args.sfl_num_levels))
-    return max(-(-count // (devices * args.level_batch)) for count in requests)
-
-
-def looped(per_call, sharding):
-    """per_call (levels or no-op outcomes of G keys) as one program over keys [C, G, 2]: the first `calls` rows in a loop
-    on the devices, the rest left zero; so a request's host work is one call whatever its size (was: a host slice, a
-    transfer and a dispatch per row)."""
-    def run(keys, calls):
-        out = jax.tree.map(lambda s: jnp.zeros((keys.shape[0],) + s.shape, s.dtype), jax.eval_shape(per_call, keys[0]))
-
-        def body(i, out):
-            made = per_call(jax.lax.with_sharding_constraint(jax.lax.dynamic_index_in_dim(keys, i, keepdims=False),
-                                                             sharding))
-            return jax.tree.map(lambda o, x: jax.lax.dynamic_update_index_in_dim(o, x, i, 0), out, made)
-        return jax.lax.fori_loop(0, calls, body, out)
-    return run
-
-
-def request_level_keys(key, first, rows: int, cols: int, fold: bool):
-    """[rows, cols, 2]: fold_in(request key, j), request r's key fold_in(key, first + r) (fold False: key, one row)."""
-    requests = jax.vmap(functools.partial(jax.random.fold_in, key))(
-        jnp.asarray(first, jnp.uint32) + jnp.arange(rows, dtype=jnp.uint32)) if fold else key[None]
-    return jax.vmap(lambda k: level_keys(k, 0, cols))(requests), requests
-
-
-def lay_keys(keys, devices: int, batch: int, capacity: int, spread: bool):
-    """keys [rows, cols, 2] -> [capacity, devices x batch, 2], row c the keys of loop step c. spread (the devices divide
-    cols): device d's part of every row is `batch` of its own columns' keys, row-major, so each level is made on the
-    device that holds it; else the keys in order. Padded with the last key: a level made twice is dropped once."""
-    rows, cols = keys.shape[:2]
-    if spread:
-        own = keys.reshape(rows, devices, cols // devices, 2).transpose(1, 0, 2, 3).reshape(devices, -1, 2)
-        own = jnp.pad(own, ((0, 0), (0, capacity * batch - own.shape[1]), (0, 0)), mode="edge")
-        laid = own.reshape(devices, capacity, batch, 2).transpose(1, 0, 2, 3)
-    else:
-        flat = keys.reshape(-1, 2)
-        laid = jnp.pad(flat, ((0, capacity * devices * batch - flat.shape[0]), (0, 0)), mode="edge")
-    return jax.lax.with_sharding_constraint(laid.reshape(capacity, devices * batch, 2),
-                                            NamedSharding(env_mesh(), P(None, "envs")))
-
-
-def candidate_keys_laid(rows: int, cols: int, fold: bool, devices: int, batch: int, capacity: int, key, first):
-    """The requests' level keys laid out for the no-op filter (each gives its `ratio` candidates' outcomes)."""
-    return lay_keys(request_level_keys(key, first, rows, cols, fold)[0].reshape(1, -1, 2), devices, batch, capacity,
-                    False)
-
-
-def chosen_keys_laid(rows: int, cols: int, ratio: int, fold: bool, devices: int, batch: int, capacity: int,
-                     spread: bool, key, first, trivial):
-    """The kept candidates' keys laid out for the generator: request r keeps cols of its cols x ratio candidates by
-    Kinetix's weights (pick_candidates, key split(request key)[1]); trivial None: no filter, candidate 0 of each."""
-    keys, requests = request_level_keys(key, first, rows, cols, fold)
-    candidates = jax.vmap(jax.vmap(functools.partial(candidate_keys, ratio=ratio)))(keys)  # [rows, cols, ratio, 2]
-    if trivial is None:
-        chosen = candidates[:, :, 0]
-    else:
-        trivial = trivial.reshape(-1, ratio)[:rows * cols].reshape(rows, cols * ratio)
-        picks = jax.vmap(pick_candidates, (0, 0, None))(jax.vmap(lambda k: jax.random.split(k)[1])(requests), trivial,
-                                                        cols)  # [rows, cols]
-        chosen = candidates.reshape(rows, cols * ratio, 2)[jnp.arange(rows)[:, None], picks]
-    return lay_keys(chosen, devices, batch, capacity, spread)
-
-
-def place_levels(rows: int, cols: int, out_rows: int, spread: bool, made):
-    """The generator's output (laid out by lay_keys) as [out_rows, cols] levels, the rows past `rows` repeating the last
-    (out_rows 0: [cols]); spread: cols split over the mesh, every step moving levels within their device only."""
-    mesh = env_mesh()
-    devices = mesh.size
-
-    def on_devices(x, spec):
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec if spread else P()))
-
-    def one(x):
-        tail = x.shape[2:]
-        if spread:
-            x = on_devices(x.reshape((x.shape[0], devices, -1) + tail), P(None, "envs"))  # [C, D, batch, ...]
-            x = jnp.swapaxes(x, 0, 1).reshape((devices, -1) + tail)[:, :rows * (cols // devices)]  # [D, own, ...]
-            x = jnp.swapaxes(on_devices(x.reshape((devices, rows, cols // devices) + tail), P("envs")), 0, 1)
-            x = x.reshape((rows, cols) + tail)
-        else:
-            x = x.reshape((-1,) + tail)[:rows * cols].reshape((rows, cols) + tail)
-        if out_rows == 0:
-            return on_devices(x[0], P("envs"))
-        return on_devices(jnp.concatenate([x, jnp.repeat(x[-1:], out_rows - rows, axis=0)]), P(None, "envs"))
-    return jax.tree.map(one, made)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import io
 import os
 import pickle
 import sys
-import time
 import typing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +62,7 @@ RESUMABLE = {
     "ppo_continuous_mujoco": {"eval_episodes", "init_from"},
     "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "keep_checkpoints", "init_from"},
     "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed",
-                        "estimate_memory"},
+                        "estimate_memory", "init_from"},
 }
 COMPUTED = {"batch_size", "num_iterations"}
 # flags with no other valid value to resume with: --capture-video is refused on every run (no renderer), and
@@ -133,8 +132,9 @@ def save_placeholder(script: str, root) -> str:
         os.makedirs(os.path.join(run_dir, "checkpoints"))  # the run's logger makes it
         m.save_run_checkpoint(run_dir, args, signature, 1, 0.0, placeholder)
     else:
-        logger = m.ActiveTimeLogger(run_dir, {}, args, 100, active_before=0.0, session_start=time.time())
-        m.save_run_checkpoint(logger, args, signature, 1, m.ChunkClock(args.batch_size, 0.0, 0.0), placeholder)
+        clock = m.ChunkClock(args.batch_size, 0.0, 0.0)
+        logger = m.active_time_logger(run_dir, {}, args, 100, 0, clock)
+        m.save_run_checkpoint(logger, args, signature, 1, clock, placeholder)
         logger.close({})
     return os.path.join(run_dir, "checkpoints", "latest.ckpt")
 
@@ -213,7 +213,7 @@ def test_a_flag_that_changes_the_run_must_match_on_resume(script, name, checkpoi
     given = list(value) if isinstance(value, tuple) else value
     assert f"the checkpoint has {name}={saved!r} but this run has {given!r}" in lines[0]
     assert f"pass {m.as_flag(name, saved)} to resume it, or " in lines[0]
-    assert ("leave out --resume" if script == "sfl_kinetix_jax" else f"or --init-from {path} instead of --resume") in lines[0]
+    assert f"or --init-from {path} instead of --resume" in lines[0]  # every script starts a new run from old weights
     assert not (tmp_path / "runs").exists()  # nothing was built or written
 
 

@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import functools
 import glob
+import io
 import json
 import math
 import os
@@ -634,8 +635,9 @@ def test_resume_cuts_both_logs_back_to_the_checkpoint(tmp_path):
 
 def test_rows_wall_time_is_the_runs_active_time(tmp_path):
     """A resumed run continues the wall-clock axis from the checkpoint's active seconds, without the downtime."""
-    logger = m.ActiveTimeLogger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, active_before=1000.0,
-                                session_start=time.time() - 5.0)
+    clock = m.ChunkClock(BATCH, 1000.0, 0.0)  # 1000 active seconds before this session, which began 5 s ago
+    clock.start = time.time() - 5.0
+    logger = m.active_time_logger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, 0, clock)
     logger.log(0, 0, {"x": 1.0})
     logger.close({})
     (row,) = rows(logger.run_dir)
@@ -1742,3 +1744,154 @@ def test_train_chunk_compiles_once_on_four_devices():
     assert result["changed"] == [] and result["compiles"] == 1 and result["finite"], result
     assert result["diagnose_compiles"] == 1 and result["probe_steps"] == 4, result
     assert result["replay_max_abs_diff"] == 0.0, result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --init-from: a new run from a checkpoint's network parameters, with this run's flags
+# ---------------------------------------------------------------------------------------------------------
+def write_checkpoint(path, iteration: int = 3, runner=(), **flags) -> str:
+    """A checkpoint of this script as save_run_checkpoint writes it, of a run with `flags` (Args fields)."""
+    args = m.Args(**flags)
+    path.write_bytes(pickle.dumps({"script": m.SCRIPT, "iteration": iteration, "run_dir": str(path.parent),
+                                   "signature": m.resume_signature(args, m.RESUMABLE), "args": dataclasses.asdict(args),
+                                   "wall_time": 1.0, "runner": list(runner)}))
+    return str(path)
+
+
+def read_args(argv):
+    """m.read_args() on argv."""
+    old_argv, sys.argv = sys.argv, [SCRIPT] + argv
+    try:
+        return m.read_args()
+    finally:
+        sys.argv = old_argv
+
+
+def test_init_from_reads_a_checkpoint_of_other_training_flags(tmp_path):
+    """Only what decides the parameters' shapes must match: another lr, epochs, seed, buffer and obs dtype start a new
+    run (no --resume, the checkpoint's iteration past this run's end), and the transformer's widths do not count for
+    an MLP."""
+    ckpt = write_checkpoint(tmp_path / "mlp.ckpt", iteration=3, network="mlp", hidden_size=16, learning_rate=1e-3,
+                            update_epochs=4, sfl_buffer_size=512, obs_dtype="bfloat16", embed_dim=64, seed=9)
+    args, _, _, start = read_args(["--network", "mlp", "--hidden-size", "16", "--learning-rate", "1e-4",
+                                   "--update-epochs", "2", "--seed", "5", "--total-timesteps", str(2048 * 256),
+                                   "--init-from", ckpt, "--runs-dir", str(tmp_path / "runs")])
+    assert args.resume is None and args.init_from == ckpt and start["iteration"] == 3 and args.num_iterations == 1
+
+
+@pytest.mark.parametrize("flags, argv, hint", [
+    ({"network": "mlp", "hidden_size": 16}, ["--network", "mlp", "--hidden-size", "32"], "--hidden-size 16"),
+    ({"network": "mlp"}, [], "--network mlp"),
+    ({"env_size": "m"}, [], "--env-size m"),
+    ({"num_heads": 4}, [], "--num-heads 4"),  # the transformer's widths count for the transformer
+    (None, [], "no checkpoint at"),
+])
+def test_init_from_another_network_exits_2_naming_the_flag(tmp_path, capsys, flags, argv, hint):
+    ckpt = write_checkpoint(tmp_path / "other.ckpt", **flags) if flags is not None else str(tmp_path / "none.ckpt")
+    assert run_main(argv + ["--init-from", ckpt, "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --init-from: ") and hint in err[0], err
+    assert not (tmp_path / "runs").exists()  # nothing was built or written
+
+
+def test_a_resume_with_other_flags_points_to_init_from(tmp_path, capsys):
+    ckpt = write_checkpoint(tmp_path / "lr.ckpt", learning_rate=1e-4)
+    assert run_main(["--resume", ckpt]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --learning-rate 0.0001 to resume it, or " in err[0], err
+    assert err[0].endswith(f"--init-from {ckpt} instead of --resume for a new run from its weights"), err
+
+
+def test_resume_wins_over_init_from(tmp_path):
+    """An interrupted new run resumes with its own argv plus --resume (the launcher's --resume-unfinished): its own
+    checkpoint, not the one it started from."""
+    flags = ["--network", "mlp", "--hidden-size", "16", "--learning-rate", "1e-4"]
+    source = write_checkpoint(tmp_path / "source.ckpt", iteration=8, network="mlp", hidden_size=16)
+    own = write_checkpoint(tmp_path / "own.ckpt", iteration=2, network="mlp", hidden_size=16, learning_rate=1e-4,
+                           init_from=source)
+    args, _, _, ckpt = read_args(flags + ["--init-from", source, "--resume", own])
+    assert args.resume == own and ckpt["iteration"] == 2
+
+
+def init_from_state(source_flags: dict) -> dict:
+    """initial_state of a new run (--seed 1, lr 3e-4, 1 epoch) from the checkpoint of a run with source_flags (--seed
+    2, lr 1e-3, 3 epochs, every leaf shifted off its initial value, theta_prox off the parameters), on a scripted
+    env: which parts of the runner are the checkpoint's, where the state lies, and what was printed or the exit."""
+    source_train, _, levels = fake_train(4, **{"learning_rate": 1e-3, "update_epochs": 3, **source_flags})
+    level = jax.tree.map(lambda x: x[0], levels)
+    source = jax.tree.map(lambda x: x + 1, source_train.init(level, 2))
+    source = source.replace(train=source.train.replace(prox_params=jax.tree.map(lambda x: x + 1, source.train.params)))
+    train, _, _ = fake_train(4, learning_rate=3e-4, update_epochs=1)
+    template = train.init(level, 1)
+    ckpt = {"iteration": 7, "runner": [np.asarray(x) for x in jax.tree.leaves(source)]}
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = printed = io.StringIO()
+    try:
+        runner, _ = m.initial_state(train, m.Args(init_from="source.ckpt", learning_rate=3e-4, update_epochs=1), ckpt,
+                                    template)
+    except SystemExit as e:
+        return {"exit": e.code, "printed": printed.getvalue()}
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+    def same(a, b):
+        return jax.tree.structure(a) == jax.tree.structure(b) and all(
+            np.array_equal(x, y) for x, y in zip(m.fetch(jax.tree.leaves(a)), m.fetch(jax.tree.leaves(b))))
+    return {"params": same(runner.train.params, source.train.params),
+            "prox_params": same(runner.train.prox_params, source.train.params),
+            "fresh": [same(runner.train.opt_state, template.train.opt_state), same(runner.buffer, template.buffer),
+                      same(runner.key, template.key)],
+            "replicated_on": sorted({len(x.sharding.device_set) for x in jax.tree.leaves(runner)
+                                     if x.sharding.is_fully_replicated}),
+            "leaves": len(jax.tree.leaves(runner)), "devices": jax.device_count(), "printed": printed.getvalue()}
+
+
+def test_init_from_replaces_only_the_parameters_of_a_new_runner():
+    """The new run's runner is --seed's (Adam state, level buffer, RNG key) with the checkpoint's parameters and
+    theta_prox equal to them, as a new run starts it, though the checkpoint ran with another lr and epochs."""
+    got = init_from_state({})
+    assert got["params"] and got["prox_params"] and got["fresh"] == [True, True, True], got
+    assert got["printed"] == "starting from source.ckpt (parameters of iteration 7); new run with this run's flags\n"
+    other = init_from_state({"hidden_size": 8})  # another network: one line naming the flag, exit 2
+    assert other["exit"] == 2 and len(other["printed"].splitlines()) == 1, other
+    assert other["printed"].startswith("error: --init-from: the checkpoint's state does not match"), other
+
+
+def test_init_from_places_the_state_on_four_devices_as_a_new_run():
+    """On 4 devices (a new interpreter) the loaded parameters are replicated on all, as every runner leaf."""
+    got = json_on_devices("test_sfl_kinetix_jax", "t.init_from_state({})", 4, timeout=600)
+    assert got["devices"] == 4 and got["params"] and got["prox_params"] and got["fresh"] == [True, True, True], got
+    assert got["replicated_on"] == [4], got
+
+
+@pytest.mark.slow
+def test_init_from_starts_a_new_run_at_step_0_and_resumes_as_one(runs, tmp_path, monkeypatch, capsys):
+    """A run from the tiny run's final checkpoint with another --seed (a flag a resume must match; the compiled
+    programs take it as an argument, so the fixture's serve): exit 0, its own run directory, step 0, the checkpoint's
+    parameters at the start; then its own argv plus --resume continues it."""
+    source = os.path.join(runs["diag"], "checkpoints", "latest.ckpt")
+    started, real_initial_state = [], m.initial_state
+
+    def spy(*args):
+        runner, hyper = real_initial_state(*args)
+        started.append(m.fetch(runner.train.params))  # copied before the first chunk donates the runner
+        return runner, hyper
+    monkeypatch.setattr(m, "initial_state", spy)
+    assert run_main(tiny(2, seed=5, checkpoint_every=2) + ["--init-from", source, "--runs-dir", str(tmp_path)]) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    saved = pickle.load(open(source, "rb"))
+    params = jax.tree.leaves(started[0])
+    assert len(params) < len(saved["runner"])
+    for a, b in zip(params, saved["runner"]):
+        np.testing.assert_array_equal(a, b)
+    assert f"starting from {source} (parameters of iteration 4); new run with this run's flags" in capsys.readouterr().out
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert os.path.dirname(run_dir) == str(tmp_path) and config["init_from"] == source
+    assert config["start_iteration"] == 0 and config["args"]["seed"] == 5
+    assert [r["global_step"] for r in rows(run_dir) if "losses/policy_loss" in r] == [BATCH, 2 * BATCH]
+    own = os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    assert run_main(tiny(4, seed=5) + ["--init-from", source, "--resume", own]) == 0
+    assert f"resuming {own} at iteration 2" in capsys.readouterr().out
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["start_iteration"] == 0 and config["init_from"] == source
+    assert [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r] == [1, 2, 3, 4]
