@@ -270,11 +270,12 @@ def start_four_device_run(runs_dir):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, request):
     """Six in-process runs of the tiny configuration (one compiled chunk for all; one evaluation program per --eval-attempts,
-    1 and 4), and the 4-device run beside them."""
+    1 and 4), and, where the slow 4-device test was selected (pytest -m slow), the 4-device run beside them."""
     base = tmp_path_factory.mktemp("ppo_ewma_runs")
-    four = start_four_device_run(base / "four_devices")
+    wanted = any(item.name == "test_four_devices_give_the_one_device_result" for item in request.session.items)
+    four = start_four_device_run(base / "four_devices") if wanted else None
     out = {"four_devices": (four, base / "four_devices")}
     try:
         for name, argv in [
@@ -297,7 +298,7 @@ def runs(tmp_path_factory):
         out["resumed"] = out["half"]
         yield out
     finally:
-        if four.poll() is None:  # the 4-device test did not run (deselected) or failed before waiting
+        if four is not None and four.poll() is None:  # the 4-device test did not run (deselected) or failed before waiting
             four.kill()
             four.wait()
 
@@ -455,6 +456,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch):
     assert max(r["iteration"] for r in rows(run_dir)) == 2
 
 
+@pytest.mark.slow  # a second interpreter compiling every program for 4 devices: minutes of the other core
 def test_four_devices_give_the_one_device_result(runs):
     proc, runs_dir = runs["four_devices"]
     assert proc.wait(timeout=900) == 0, (runs_dir / "stderr.log").read_text()[-2000:]
@@ -503,6 +505,7 @@ def test_train_chunk_compiles_once_on_one_device():
     assert result["changed"] == [] and result["compiles"] == 1, result
 
 
+@pytest.mark.slow  # a new interpreter compiling the 4-device chunk (about a minute)
 def test_train_chunk_compiles_once_on_four_devices():
     """The same on 4 CPU devices (envs split over them), in a new interpreter: the 4-device run's program (cached)."""
     result = json_on_devices("test_ppo_ewma_jax2d", "t.chunk_compiles(t.tiny(6))", 4, timeout=900)
@@ -572,6 +575,7 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
     assert solved_fraction(51, 60) > 0.05
 
 
+@pytest.mark.slow  # ten figure scripts, each run twice through the launcher and matplotlib (about 80 s)
 def test_benchmark_scripts_draw_their_figures(runs, tmp_path):
     """Each of the nine Jax2D figure scripts and the Jax2D pilot draws its figures (PNG, PDF, CSV) from finished run directories
     in the exact format of this module's real tiny run (tests/jax2d_figures.py); the CSVs hold the known answers."""
