@@ -597,6 +597,23 @@ def test_curves_join_a_reloaded_run_to_the_state_it_started_from(tmp_path):
     assert min(float(r["x"]) for r in read_csv(f"{plain}.csv") if r["group"] == "com16_to_1024") == 50.0
 
 
+def test_curves_do_not_join_a_new_run_whose_counters_restart(tmp_path):
+    """A run from old weights that counts from step 0 (--init-from in the torch scripts and sfl: start_iteration 0) is
+    drawn alone: its first point is not the source's iteration-0 row (sfl logs an evaluation before the first update)."""
+    runs = tmp_path / "runs"
+    source = write_run(runs, "Loco-v0", "src", 1, [(10 * i, {"charts/r": float(i)}) for i in range(4)])
+    lines = source / "metrics.jsonl"  # iterations 0..3, the first before any update
+    rows = [json.loads(line) for line in lines.read_text().splitlines()]
+    lines.write_text("".join(json.dumps({**r, "iteration": r["iteration"] - 1}) + "\n" for r in rows))
+    write_run(runs, "Loco-v0", "new", 1, [(10 * i, {"charts/r": 100.0 + i}) for i in range(1, 4)], start_iteration=0,
+              init_from=f"/elsewhere/{source.name}/checkpoints/latest.ckpt")
+    out = tmp_path / "switch"
+    assert aggregate.main(["curves", str(runs), "--metric", "charts/r", "--group-by", "exp_name", "--points", "8",
+                           "--join-init-from", "switch", "--out", str(out)]) == 0
+    drawn = [(float(r["x"]), float(r["mean"])) for r in read_csv(f"{out}.csv") if r["group"] == "new"]
+    assert drawn[0] == pytest.approx((10.0, 101.0)), drawn
+
+
 def table_runs(root, pairs):
     """Runs of Pong-v5 at (num_envs, seed, final return); batch_size follows num_envs as the scripts derive it."""
     for num_envs, seed, final in pairs:

@@ -583,7 +583,8 @@ def joined(run: Run, sources: dict, mode: str, metric: str, x_kind: str, smooth:
     switch), 'history' every point up to it (a run continued at the same COM is one line)."""
     x, y = series(run, metric, x_kind, smooth, normalize)
     source, start = sources.get(run.path), start_iteration(run)
-    if source is None or start is None or "iteration" not in source.metrics:
+    # start 0: a new run from old weights whose counters restart (the torch scripts, sfl): no point to join it at
+    if source is None or not start or "iteration" not in source.metrics:
         return x, y
     before = Run(source.path, source.config, source.status, source.metrics[source.metrics["iteration"] <= start])
     sx, sy = series(before, metric, x_kind, smooth, normalize)
