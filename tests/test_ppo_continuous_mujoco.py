@@ -1,17 +1,15 @@
-"""ppo_continuous_mujoco.py: smoke runs per backend, GAE, normaliser, Gaussian KL, resume, diagnostics, failures.
+"""ppo_continuous_mujoco.py: smoke runs per backend, GAE, normaliser, Gaussian KL, resume, failures.
 
-Most runs call main() in this process (a subprocess costs seconds of imports); the entry point, SIGTERM and
-torchrun are exercised in subprocesses.
+Runs call main() in this process (a subprocess costs seconds of imports), eager; torchrun runs in subprocesses. What
+every script promises (bad input, SIGTERM, diagnostics that do not change training) is in tests/test_every_script.py.
 """
 import glob
 import json
 import math
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -26,7 +24,7 @@ from inprocess import main_inprocess  # noqa: E402
 
 # 2 envs x 32 steps, minibatches of 16, 2 epochs: 8 minibatch steps per iteration
 TINY = ["--env-id", "HalfCheetah-v4", "--num-envs", "2", "--num-steps", "32", "--minibatch-size", "16",
-        "--update-epochs", "2", "--diagnostics-states", "64", "--progress", "none"]
+        "--update-epochs", "2", "--diagnostics-states", "64", "--progress", "none", "--no-compile"]
 CLEANRL_TAGS = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
                 "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance"]
 DIAG_TAGS = ["kl_behavior", "ddr", "seq_kl_mean", "ref_kl_mean", "update_size", "grad_norm", "feature_rank", "srank",
@@ -93,13 +91,12 @@ def check_run_dir(run_dir, iterations, steps_per_iteration):
     return rows
 
 
-def test_smoke_gymnasium_cli(tmp_path):
-    """The script's entry point, gymnasium backend: every tag, config.json, checkpoint, saved model."""
-    out = subprocess.run([sys.executable, SCRIPT, *TINY, "--total-timesteps", "2048", "--diagnostics-every", "1",
-                          "--save-model", "--eval-episodes", "2", "--runs-dir", tmp_path],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "SPS:" in out.stdout
+def test_smoke_gymnasium(tmp_path):
+    """The gymnasium backend: every tag, config.json, checkpoint, saved model."""
+    code, out, err = main_inprocess(m, [*TINY, "--total-timesteps", "2048", "--diagnostics-every", "1", "--save-model",
+                                        "--eval-episodes", "2", "--runs-dir", tmp_path])
+    assert code == 0, err
+    assert "SPS:" in out
     run_dir = run_dir_of(tmp_path)
     rows = check_run_dir(run_dir, 32, 8)
     assert any(r.get("charts/episodic_length") == 1000 for r in rows)  # truncated episodes are logged
@@ -427,7 +424,7 @@ def test_probe_kl_profile_and_dormant_on_tanh():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Resume, diagnostics off vs on
+# Resume
 # ---------------------------------------------------------------------------------------------------------
 def final_agent(run_dir):
     return load_ckpt(run_dir)["agent"]
@@ -459,31 +456,17 @@ def test_resume_envpool_continues_from_checkpoint_step(tmp_path, capsys):
     assert load_ckpt(run_dir)["iteration"] == 4
 
 
-def test_diagnostics_do_not_change_training(tmp_path):
-    common = [*TINY, "--total-timesteps", "192"]
-    assert run_main([*common, "--diagnostics-every", "1", "--runs-dir", tmp_path / "on"]) == 0
-    assert run_main([*common, "--diagnostics-every", "0", "--runs-dir", tmp_path / "off"]) == 0
-    on, off = run_dir_of(tmp_path / "on"), run_dir_of(tmp_path / "off")
-    assert training_rows(read_metrics(on)) == training_rows(read_metrics(off))
-    assert any("diagnostics/ddr" in r for r in read_metrics(on))
-    for k, v in final_agent(on).items():
-        assert torch.equal(v, final_agent(off)[k]), k
-
-
 # ---------------------------------------------------------------------------------------------------------
-# Failures: bad input, NaN, SIGTERM
+# Failures: bad input, NaN
 # ---------------------------------------------------------------------------------------------------------
+# this script's own mistakes (those of every script: tests/test_every_script.py)
 @pytest.mark.parametrize("argv,flag", [
-    (["--env-id", "Pong-v5"], "--env-id"),
+    (["--env-id", "Pong-v5"], "--env-id"),  # an Atari id
     (["--env-id", "HalfCheetah-v4", "--env-backend", "envpool", "--num-envs", "-1"], "--num-envs"),
     (["--num-steps", "100", "--num-minibatches", "32"], "--num-minibatches"),
     (["--minibatch-size", "3"], "minibatch size 3"),
-    (["--total-timesteps", "100"], "--total-timesteps"),
     (["--norm-clip", "0"], "--norm-clip"),
     (["--capture-video"], "--capture-video"),
-    (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
-    (["--ent-coef", "inf"], "--ent-coef"),  # non-finite coefficients are refused up front
-    (["--max-grad-norm", "nan"], "--max-grad-norm"),
     (["--gae-lambda", "1.5"], "--gae-lambda must"),
 ])
 def test_bad_input_exits_2_naming_the_flag(argv, flag, capsys, tmp_path):
@@ -493,19 +476,7 @@ def test_bad_input_exits_2_naming_the_flag(argv, flag, capsys, tmp_path):
     assert not os.listdir(tmp_path)  # nothing was built
 
 
-def test_unwritable_runs_dir_exits_2_before_envs_are_built(capsys, monkeypatch):
-    """An impossible --runs-dir is one line and exit 2, not a traceback after the envs and the agent are built."""
-    monkeypatch.setattr(m, "make_envs", lambda *a, **k: pytest.fail("envs built before --runs-dir was checked"))
-    assert run_main([*TINY, "--runs-dir", "/proc/cleanrl_scaling/runs"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --runs-dir: cannot write to /proc/cleanrl_scaling/runs"), err
-
-
-def test_foreign_or_mismatched_checkpoint_exits_2(tmp_path, capsys):
-    foreign = tmp_path / "foreign.ckpt"
-    foreign.write_bytes(pickle.dumps({"script": "ppo_atari_envpool", "signature": {}}))
-    assert run_main([*TINY, "--resume", foreign]) == 2
-    assert "ppo_atari_envpool" in capsys.readouterr().err
+def test_mismatched_checkpoint_exits_2(tmp_path, capsys):
     assert run_main([*TINY, "--total-timesteps", "64", "--diagnostics-every", "0", "--runs-dir", tmp_path / "r"]) == 0
     ckpt = os.path.join(run_dir_of(tmp_path / "r"), "checkpoints", "latest.ckpt")
     capsys.readouterr()
@@ -522,7 +493,7 @@ def test_nan_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch, capsys):
         return (loss * float("nan"), stats) if calls["n"] > 16 else (loss, stats)  # iteration 3 onwards
     monkeypatch.setattr(m, "ppo_loss", poisoned)
     code = run_main([*TINY, "--total-timesteps", "320", "--checkpoint-every", "1", "--diagnostics-every", "0",
-                     "--no-compile", "--runs-dir", tmp_path])  # the patched loss counts its calls: eager
+                     "--runs-dir", tmp_path])  # the patched loss counts its calls: eager (TINY)
     assert code not in (0, 2)
     assert "non-finite" in capsys.readouterr().err
     run_dir = run_dir_of(tmp_path)
@@ -530,25 +501,6 @@ def test_nan_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch, capsys):
     assert ckpt["iteration"] == 2
     assert all(torch.isfinite(v).all() for v in ckpt["agent"].values())
     assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "diverged"
-
-
-def test_sigterm_writes_checkpoint(tmp_path):
-    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", "10000000", "--diagnostics-every", "0",
-                             "--runs-dir", tmp_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        metrics = glob.glob(os.path.join(tmp_path, "*", "metrics.jsonl"))
-        if metrics and os.path.getsize(metrics[0]) > 0:
-            break
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "resume with --resume" in out
-    run_dir = run_dir_of(tmp_path)
-    ckpt = load_ckpt(run_dir)
-    assert ckpt["iteration"] >= 1
-    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "interrupted"
 
 
 # ---------------------------------------------------------------------------------------------------------

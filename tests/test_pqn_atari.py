@@ -1,13 +1,12 @@
 """pqn_atari.py: Q(lambda) and the exploration schedule against hand-computed values, then runs of the script.
-The runs share a few tiny trainings (module-scoped fixtures), most of them in-process to save interpreter starts."""
+The runs share a few tiny trainings (module-scoped fixtures), in-process and eager; what every script promises (bad
+input, SIGTERM, diagnostics that do not change training) is in tests/test_every_script.py."""
 import json
 import math
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from cleanrl_scaling import pqn_atari as m  # noqa: E402
 from inprocess import main_inprocess as run_inprocess  # noqa: E402
 
 TINY = ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "2", "--eval-envs", "2",
-        "--progress", "none"]
+        "--progress", "none", "--no-compile"]
 BATCH = 16
 NO_AUTOCAST = lambda: torch.autocast("cpu", enabled=False)  # noqa: E731
 
@@ -212,7 +211,7 @@ def test_presets_change_the_defaults_and_explicit_flags_win():
     assert (scaling["minibatch_size"], scaling["num_minibatches"], scaling["base_num_envs"]) == (128, 128, 128)
 
 
-def test_the_purejaxql_preset_changes_defaults_only_and_keeps_args_help():
+def test_the_purejaxql_preset_changes_defaults_only_and_keeps_args_help(monkeypatch):
     """PurejaxqlArgs re-declares fields for their defaults alone: the help text of each is Args' (one place to
     edit), and --preset purejaxql --help shows it beside the preset's default."""
     import ast
@@ -230,10 +229,10 @@ def test_the_purejaxql_preset_changes_defaults_only_and_keeps_args_help():
     defaults = {f.name: f.default for f in dataclasses.fields(m.PurejaxqlArgs)}
     assert {name: defaults[name] for name in preset} != {f.name: f.default for f in dataclasses.fields(m.Args)
                                                            if f.name in preset}
-    out = subprocess.run([sys.executable, SCRIPT, "--preset", "purejaxql", "--help"], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "COLUMNS": "250"})
-    assert out.returncode == 0
-    help_line = [line for line in out.stdout.splitlines() if "--num-envs INT" in line]
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, _ = run_inprocess(m, ["--preset", "purejaxql", "--help"])
+    assert code == 0
+    help_line = [line for line in out.splitlines() if "--num-envs INT" in line]
     assert help_line and "the number of parallel game environments" in help_line[0] and "(default: 128)" in help_line[0]
 
 
@@ -381,46 +380,33 @@ def test_diagnostics_features_are_the_policys_under_bf16(network):
     assert not np.allclose(features, seen[1].numpy(), atol=1e-4)  # bf16 differs from fp32: the check can fail
 
 
+# PQN's own flags (the mistakes every script refuses: tests/test_every_script.py)
 @pytest.mark.parametrize("flags, names", [
-    (["--env-id", "NotAGame-v5"], "--env-id"),
-    (["--num-envs", "-3"], "--num-envs"),
     (["--num-envs", "6", "--num-steps", "3"], "--num-minibatches"),
     (["--q-lambda", "1.5"], "--q-lambda"),
     (["--end-e", "nan"], "--end-e"),
-    (["--exploration-fraction", "0"], "--exploration-fraction"),
     (["--max-grad-norm", "inf"], "--max-grad-norm"),
+    (["--exploration-fraction", "0"], "--exploration-fraction"),
     (["--eval-envs", "-1"], "--eval-envs"),
-    (["--total-timesteps", "10"], "--total-timesteps"),
-    (["--resume", "/nonexistent/latest.ckpt"], "--resume"),
 ])
 def test_bad_input_exits_2_with_one_line_before_anything_is_built(flags, names, tmp_path):
-    code, _, err = main_inprocess(flags + ["--total-timesteps", "1024"] * ("--total-timesteps" not in flags), tmp_path)
+    code, _, err = main_inprocess(flags + ["--total-timesteps", "1024"], tmp_path)
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and names in lines[0], err
     assert not (tmp_path / "runs").exists()  # nothing was built or written
 
 
-def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
-    foreign = tmp_path / "foreign.ckpt"
-    foreign.write_bytes(pickle.dumps({"script": "ppo_atari_envpool", "signature": {}}))
-    out = subprocess.run([sys.executable, SCRIPT, "--resume", str(foreign)], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.strip().count("\n") == 0 and "ppo_atari_envpool" in out.stderr and "--resume" in out.stderr
-
-
 # ------------------------------------------------------------------------------------------------ runs
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Three tiny eager trainings of 2 iterations: diagnostics on and off from the same seed (the latter the base
-    for the resume tests), and a smoke run with --track offline and --save-model (the compiled loss has its own test)."""
+    """Two tiny eager trainings of 2 iterations: diagnostics off (the base for the resume tests), and a smoke run with
+    --track offline and --save-model (the compiled loss has its own test)."""
     root = tmp_path_factory.mktemp("pqn")
     out = {}
     for name, flags in [
-        ("diag", ["--diagnostics-every", "1", "--no-compile", "--seed", "3"]),
-        ("plain", ["--diagnostics-every", "0", "--no-compile", "--seed", "3"]),
-        ("smoke", ["--diagnostics-every", "2", "--track", "--no-compile", "--save-model", "--eval-episodes", "1",
-                   "--eval-epsilon", "0.5", "--seed", "4"]),
+        ("plain", ["--diagnostics-every", "0", "--seed", "3"]),
+        ("smoke", ["--diagnostics-every", "2", "--track", "--save-model", "--eval-episodes", "1", "--eval-epsilon", "0.5",
+                   "--seed", "4"]),
     ]:
         (root / name).mkdir()
         env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -498,7 +484,7 @@ def test_purejaxql_preset_trains_and_its_checkpoint_names_its_network(tmp_path):
     rollout, then past its 0.1 x 2-update decay: 0.001), and a resume without the preset, or with CleanRL's network,
     says which to pass."""
     code, _, err = main_inprocess(["--preset", "purejaxql"] + TINY + ["--total-timesteps", str(2 * BATCH),
-                                                                      "--diagnostics-every", "1", "--no-compile"], tmp_path)
+                                                                      "--diagnostics-every", "1"], tmp_path)
     assert code == 0, err
     (run_dir,) = run_dirs(tmp_path)
     rows = [r for r in read_metrics(run_dir) if "losses/td_loss" in r]
@@ -509,18 +495,8 @@ def test_purejaxql_preset_trains_and_its_checkpoint_names_its_network(tmp_path):
     code, _, err = main_inprocess(["--resume", ckpt] + TINY + ["--total-timesteps", str(4 * BATCH)], tmp_path)
     assert code == 2 and "pass --preset purejaxql to resume it" in err and "Traceback" not in err
     code, _, err = main_inprocess(["--resume", ckpt, "--preset", "purejaxql", "--network", "cleanrl"] + TINY
-                                  + ["--total-timesteps", str(4 * BATCH), "--no-compile"], tmp_path)
+                                  + ["--total-timesteps", str(4 * BATCH)], tmp_path)
     assert code == 2 and "pass --network purejaxql to resume it" in err and "Traceback" not in err
-
-
-def test_diagnostics_do_not_change_training(runs):
-    _, out = runs
-    a, b = out["diag"][0], out["plain"][0]
-    assert len(losses(a)) == 2 and losses(a) == losses(b)
-    assert any("diagnostics/grad_kurtosis" in r for r in read_metrics(a))
-    pa, pb = (pickle.load(open(os.path.join(d, "checkpoints", "latest.ckpt"), "rb")) for d in (a, b))
-    assert all(torch.equal(pa["q_network"][k], pb["q_network"][k]) for k in pa["q_network"])
-    assert pa["rng"][0]["torch"].equal(pb["rng"][0]["torch"])  # the diagnostics drew nothing from the stream
 
 
 def copy_run(run_dir, dst, torch_rng=None):
@@ -548,7 +524,7 @@ def test_resume_is_bit_exact_given_the_checkpoint(runs, tmp_path):
     for name, rng in [("a", None), ("b", None), ("c", other_rng)]:
         ckpt_path = copy_run(base, tmp_path / name, rng)
         code, stdout, err = main_inprocess(TINY + ["--total-timesteps", str(3 * BATCH), "--diagnostics-every", "0",
-                                                   "--no-compile", "--seed", "3", "--resume", ckpt_path], tmp_path)
+                                                   "--seed", "3", "--resume", ckpt_path], tmp_path)
         assert code == 0, err
         assert "resuming from iteration 2" in stdout and "envs restart" in stdout
         rows = [r for r in read_metrics(tmp_path / name) if "losses/td_loss" in r]
@@ -573,31 +549,10 @@ def test_nan_stops_and_keeps_the_last_good_checkpoint(runs, tmp_path):
     pickle.dump(state, open(ckpt_path, "wb"))
     good = open(ckpt_path, "rb").read()
     code, _, err = main_inprocess(TINY + ["--total-timesteps", str(4 * BATCH), "--learning-rate", "1e35", "--seed", "3",
-                                          "--checkpoint-every", "1", "--no-compile", "--resume", ckpt_path], tmp_path)
+                                          "--checkpoint-every", "1", "--resume", ckpt_path], tmp_path)
     assert code == 3 and "non-finite" in err
     assert open(ckpt_path, "rb").read() == good
     assert json.load(open(tmp_path / "nan" / "summary.json"))["status"] == "diverged"
-
-
-def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
-    cmd = [sys.executable, SCRIPT, "--runs-dir", str(tmp_path / "runs")] + TINY + [
-        "--total-timesteps", "100000", "--diagnostics-every", "0", "--no-compile"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    start = time.time()
-    while not list((tmp_path / "runs").glob("*/metrics.jsonl")) or \
-            list((tmp_path / "runs").glob("*/metrics.jsonl"))[0].stat().st_size == 0:
-        assert proc.poll() is None and time.time() - start < 180, proc.communicate()
-        time.sleep(0.2)
-    run_dir = list((tmp_path / "runs").iterdir())[0]
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "SIGTERM" in stderr and "--resume" in stdout
-    ckpt = pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
-    summary = json.load(open(run_dir / "summary.json"))
-    assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
-    assert ckpt["global_step"] == BATCH * ckpt["iteration"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,245 @@
+"""What every training script promises, tested once over all of them (as tests/test_golden_numerics.py does): a bad
+input exits 2 with one line before anything is built (docs/run_directory.md#failure-behaviour), SIGTERM checkpoints
+and exits 128+15, and the diagnostics do not change training. What one script alone does stays in its own file.
+
+Runs are in-process (tests/inprocess.py) and eager (--no-compile); a subprocess only where the process boundary is
+what is tested: a real signal, and the command line's output without a traceback."""
+import dataclasses
+import importlib
+import json
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from inprocess import main_inprocess
+
+
+@dataclasses.dataclass(frozen=True)
+class Script:
+    name: str
+    tiny: list  # the smallest run of its own tests, eager, without a progress bar
+    batch: int  # steps per iteration of `tiny`
+    weights: str  # the checkpoint's key of the network's state_dict
+    diagnosed: list = dataclasses.field(default_factory=list)  # what its own diagnostics test also switched on
+    check_diagnosed: Callable = lambda on, off: None  # and checked on those runs
+    check_interrupted: Callable = lambda ckpt: None  # what a SIGTERM checkpoint holds besides the weights
+
+
+# What one script's runs show besides what every script's do
+def check_atari_features(on, off):
+    """--save-features-every 2 --features-states 40: M25's coverage features of 40 of the 64 batch states at
+    iterations 2 and 4, post-ReLU float16; the run without the flag saves none."""
+    saved = sorted((on / "features").glob("iter_*.npz"))
+    assert [p.name for p in saved] == ["iter_000002.npz", "iter_000004.npz"] and not (off / "features").exists()
+    with np.load(saved[0]) as data:
+        assert data["features"].shape == (40, 512) and data["features"].dtype == np.float16
+        assert (int(data["iteration"]), int(data["global_step"])) == (2, 128)
+        assert np.isfinite(data["features"]).all() and (data["features"] >= 0).all()  # post-ReLU
+
+
+def check_procgen_evaluation(on, off):
+    """--eval-every 1: a test-level return every iteration; episodes ended inside the runs, so the equal training
+    rows cover the envs' resets."""
+    assert sum("charts/test_return" in r for r in read_metrics(on)) == 4
+    assert any("charts/episodic_return" in r for r in read_metrics(off))
+
+
+def procgen_env_state_saved(ckpt):
+    assert ckpt["envs"][0]["games"] is not None  # the procgen backend saves its games; envpool cannot
+
+
+def mujoco_env_state_saved(ckpt):
+    assert ckpt["ranks"][0]["envs"] is not None  # gymnasium's MuJoCo physics is saved
+
+
+TORCH_SCRIPTS = [
+    Script("ppo_atari_envpool", ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs",
+                                 "2", "--no-compile", "--progress", "none"], 64, "agent",
+           ["--save-features-every", "2", "--features-states", "40"], check_atari_features),
+    Script("pqn_atari", ["--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "2",
+                         "--eval-envs", "2", "--no-compile", "--progress", "none"], 16, "q_network"),
+    # the procgen backend (envpool's cannot save its games); bigfish's random-policy episodes last about 100 steps
+    Script("ppo_procgen", ["--env-id", "bigfish", "--env-backend", "procgen", "--num-levels", "3", "--num-envs", "1",
+                           "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2", "--no-compile",
+                           "--progress", "none"], 64, "agent",
+           ["--eval-every", "1", "--eval-episodes", "2"], check_procgen_evaluation, procgen_env_state_saved),
+    Script("ppo_continuous_mujoco", ["--env-id", "HalfCheetah-v4", "--num-envs", "2", "--num-steps", "32",
+                                     "--minibatch-size", "16", "--update-epochs", "2", "--diagnostics-states", "64",
+                                     "--no-compile", "--progress", "none"], 64, "agent",
+           check_interrupted=mujoco_env_state_saved),
+]
+SCRIPT_NAMES = [s.name for s in TORCH_SCRIPTS] + ["ppo_ewma_jax2d", "sfl_kinetix_jax"]
+# what builds the first heavy thing: it must not be called on a bad input
+BUILDER = {"ppo_ewma_jax2d": "make_train", "sfl_kinetix_jax": "make_train"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny batches gain nothing from a second thread, and on a shared machine OpenMP's spinning threads make
+    every forward pass many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def module(name):
+    return importlib.import_module(f"cleanrl_scaling.{name}")
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+
+
+def the_run_dir(root):
+    (run_dir,) = sorted((root / "runs").iterdir())
+    return run_dir
+
+
+def load_ckpt(run_dir):
+    return pickle.load(open(run_dir / "checkpoints" / "latest.ckpt", "rb"))
+
+
+def torch_rng(ckpt):
+    """Rank 0's torch RNG state (ppo_continuous_mujoco keeps each rank's streams beside its env state)."""
+    return (ckpt["ranks"][0]["rng"] if "ranks" in ckpt else ckpt["rng"][0])["torch"]
+
+
+def foreign_checkpoint(path, name):
+    """A checkpoint written by another script than `name`; returns that script's name."""
+    other = "pqn_atari" if name == "ppo_atari_envpool" else "ppo_atari_envpool"
+    path.write_bytes(pickle.dumps({"script": other, "signature": {}}))
+    return other
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+# (flags, what the one line says): the mistakes every script refuses. FOREIGN is a checkpoint of another script
+# (OTHER), UNREADABLE a file that is no checkpoint.
+BAD_INPUTS = [
+    (["--env-id", "NotAGame-v5"], "--env-id"),
+    (["--num-envs", "-3"], "--num-envs"),
+    (["--total-timesteps", "10"], "--total-timesteps"),
+    (["--diagnostics-every", "-1"], "--diagnostics-every"),
+    (["--resume", "/nonexistent/latest.ckpt"], "--resume: no checkpoint at"),
+    (["--max-grad-norm", "nan"], "--max-grad-norm"),
+    (["--ent-coef", "inf"], "--ent-coef"),  # would train, then stop on NaN with exit 3
+    (["--runs-dir", "/proc/cleanrl_scaling/runs"], "--runs-dir: cannot write to /proc/cleanrl_scaling/runs"),
+    (["--resume", "FOREIGN"], "--resume: FOREIGN was written by OTHER"),
+    (["--resume", "UNREADABLE"], "--resume: UNREADABLE is not a readable checkpoint"),
+]
+
+
+def bad_input_cases():
+    for name in SCRIPT_NAMES:
+        for flags, says in BAD_INPUTS:
+            if name == "sfl_kinetix_jax" and flags[0] == "--env-id":  # Kinetix's environments are sizes, not ids
+                flags, says = ["--env-size", "huge"], "--env-size"
+            if name == "pqn_atari" and flags[0] == "--ent-coef":  # Q-learning has no entropy bonus
+                continue
+            yield pytest.param(name, flags, says, id=f"{name}:{' '.join(flags)}")
+
+
+@pytest.mark.parametrize("name, flags, says", bad_input_cases())
+def test_bad_input_exits_2_with_one_line_before_anything_is_built(name, flags, says, tmp_path, monkeypatch):
+    m = module(name)
+    builder = BUILDER.get(name, "make_envs")
+    monkeypatch.setattr(m, builder, lambda *a, **k: pytest.fail(f"{builder} called on a bad input"))
+    files = {"FOREIGN": tmp_path / "foreign.ckpt", "UNREADABLE": tmp_path / "unreadable.ckpt"}
+    files["UNREADABLE"].write_bytes(b"not a pickle")
+    words = {**{k: str(v) for k, v in files.items()}, "OTHER": foreign_checkpoint(files["FOREIGN"], name)}
+    flags, says = [words.get(f, f) for f in flags], re.sub("|".join(words), lambda w: words[w.group()], says)
+    code, _, err = main_inprocess(m, flags, tmp_path)
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: ") and says in lines[0], lines
+    assert not (tmp_path / "runs").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("name", [s.name for s in TORCH_SCRIPTS])
+def test_bad_input_on_the_command_line_has_no_traceback(name, tmp_path):
+    """What a user sees: the script run as a program, a checkpoint of another script."""
+    foreign = tmp_path / "foreign.ckpt"
+    other = foreign_checkpoint(foreign, name)
+    out = subprocess.run([sys.executable, module(name).__file__, "--runs-dir", str(tmp_path / "runs"), "--resume",
+                          str(foreign)], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and other in out.stderr and "--resume" in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------------------------------------ SIGTERM
+def wait_for_first_row(root, proc, timeout=300):
+    start = time.time()
+    while time.time() - start < timeout:
+        found = list((root / "runs").glob("*/metrics.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            return found[0].parent
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("no metrics row")
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_sigterm_checkpoints_and_exits_cleanly(script, tmp_path):
+    """A real SIGTERM (Slurm's preemption) after the first metrics row of a long run: the run checkpoints at the next
+    safe point, says how to resume, and exits 128 + 15."""
+    cmd = [sys.executable, module(script.name).__file__, "--runs-dir", str(tmp_path / "runs")] + script.tiny + [
+        "--total-timesteps", "10000000", "--diagnostics-every", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run_dir = wait_for_first_row(tmp_path, proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "SIGTERM" in stderr and f"resume with --resume {run_dir / 'checkpoints' / 'latest.ckpt'}" in stdout
+    ckpt, summary = load_ckpt(run_dir), json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
+    assert ckpt["global_step"] == script.batch * ckpt["iteration"] and ckpt["script"] == script.name
+    assert ckpt[script.weights]
+    script.check_interrupted(ckpt)
+
+
+# ------------------------------------------------------------------------------------------------ diagnostics
+def training_rows(run_dir):
+    """What training logged (losses, learning rate, exploration, episodes), without diagnostics, evaluations and
+    wall-clock values."""
+    def trained(key):
+        return key.startswith("losses/") or key in ("charts/learning_rate", "charts/epsilon",
+                                                    "charts/episodic_return", "charts/episodic_length")
+    rows = [{k: v for k, v in r.items() if trained(k) or k in ("global_step", "iteration")} for r in read_metrics(run_dir)]
+    return [r for r in rows if any(trained(k) for k in r)]
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_diagnostics_do_not_change_training(script, tmp_path):
+    """Two runs from one seed, diagnostics off and every iteration (with what else the script measures on the side):
+    the same training rows, final weights and torch RNG state (the diagnostics drew nothing from training's stream)."""
+    dirs = {}
+    for name, flags in [("off", ["--diagnostics-every", "0"]), ("on", ["--diagnostics-every", "1"] + script.diagnosed)]:
+        code, _, err = main_inprocess(module(script.name), script.tiny + ["--total-timesteps", str(4 * script.batch),
+                                                                          "--seed", "3"] + flags, tmp_path / name)
+        assert code == 0, err[-3000:]
+        dirs[name] = the_run_dir(tmp_path / name)
+    on, off = dirs["on"], dirs["off"]
+    assert [r["iteration"] for r in read_metrics(on) if "diagnostics/grad_kurtosis" in r] == [1, 2, 3, 4]
+    assert not any(k.startswith("diagnostics/") for r in read_metrics(off) for k in r)
+    rows = training_rows(off)
+    assert [r["iteration"] for r in rows if "losses/" + ("td_loss" if script.name == "pqn_atari" else "policy_loss")
+            in r] == [1, 2, 3, 4]
+    assert training_rows(on) == rows
+    a, b = load_ckpt(on), load_ckpt(off)
+    assert a[script.weights].keys() == b[script.weights].keys()
+    assert all(torch.equal(a[script.weights][k], b[script.weights][k]) for k in a[script.weights])
+    assert torch.equal(torch_rng(a), torch_rng(b))
+    script.check_diagnosed(on, off)
