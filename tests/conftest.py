@@ -19,12 +19,12 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 # Seconds of each file's tests, measured on this 2-core machine in a clean clone (pytest --durations=0 --junitxml,
-# 2026-11-28); a file not listed counts as 0 and keeps xdist's order among those. Only the order depends on these.
+# 2026-11-29); a file not listed counts as 0 and keeps xdist's order among those. Only the order depends on these.
 FILE_SECONDS = {
-    "test_ppo_ewma_jax2d.py": 536, "test_ppo_atari_envpool.py": 354, "test_sfl_kinetix_jax.py": 210,
-    "test_ppo_procgen.py": 208, "test_golden_numerics.py": 201, "test_benchmark_scripts.py": 135,
-    "test_ppo_continuous_mujoco.py": 134, "test_slurm.py": 90, "test_pqn_atari.py": 55, "test_coverage.py": 31,
-    "test_aggregate.py": 27,
+    "test_ppo_ewma_jax2d.py": 253, "test_sfl_kinetix_jax.py": 207, "test_golden_numerics.py": 135, "test_slurm.py": 77,
+    "test_benchmark_scripts.py": 104, "test_ppo_atari_envpool.py": 76, "test_every_script.py": 73,
+    "test_ppo_procgen.py": 36, "test_ppo_continuous_mujoco.py": 30, "test_resume_signature.py": 28,
+    "test_pqn_atari.py": 27, "test_aggregate.py": 21,
 }
 
 

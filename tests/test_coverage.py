@@ -80,6 +80,7 @@ def test_equal_points_per_iteration(tmp_path):
         coverage.equalise(coverage.load_runs([str(tmp_path)], []), 13, seed=0)
 
 
+@pytest.mark.slow  # numba compiles UMAP's kernels first: about 30 s on 2 cores
 def test_umap_end_to_end_stuck_policy_covers_less(tmp_path, capsys):
     """Known ordering through the real UMAP: a 'stuck' configuration whose batches hold 4 distinct states covers
     far fewer cells than a 'diverse' one sampling the same 2-D manifold in 16-D. UMAP spreads even exact duplicates

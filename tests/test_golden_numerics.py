@@ -8,10 +8,11 @@ runs use --no-compile (a compile adds tens of seconds to each run). Measured her
 separate processes are bit-identical to each other, but differ from the eager run in the last bits (e.g. policy loss
 -0.000474613 vs -0.000474594), so the compiled path has its own golden file, checked by a slow test (pytest -m slow).
 The two JAX scripts run with single-threaded Eigen (a dot split over a thread pool could sum in an order that depends
-on the core count) at XLA's default optimisation level, set here and not taken from the environment: the numbers
-depend on XLA_FLAGS (-O0, which their own tests use, gives other numbers: another episode ends in ppo_ewma_jax2d's
-run). ppo_ewma_jax2d's run repeats bit for bit in separate processes, with a cold and a warm compilation cache, and
-is quick with a warm compilation cache (minutes cold), so it is in the default run. sfl_kinetix_jax's
+on the core count) at XLA's -O0, the level the JAX tests compile at (tests/conftest.py: a third of the default
+level's compile time), set here and not taken from the environment: the numbers depend on the XLA flags (the default
+level gives other numbers: another episode ends in ppo_ewma_jax2d's run), so each golden file records them.
+ppo_ewma_jax2d's run repeats bit for bit in separate processes, with a cold and a warm compilation cache, and takes
+about a minute with a cold one, so it is in the default run. sfl_kinetix_jax's
 compiles Kinetix's level sampler (minutes, even with a warm compilation cache), so its test is slow;
 its run too repeats bit for bit in two processes.
 Each run is of a copy of the script in a temp dir outside the package, without PYTHONPATH (a copied
@@ -76,7 +77,8 @@ SLOW_RUNS = {
                         "--diagnostics-every", "1", "--total-timesteps", "256", "--seed", "3", "--progress", "none"],
 }
 JAX_SCRIPTS = ("ppo_ewma_jax2d", "sfl_kinetix_jax")
-JAX_ENV = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
+# single-threaded Eigen, and the -O0 of the JAX tests (tests/conftest.py): a third of the default level's compile time
+JAX_ENV = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"}
 COMPILED = {"ppo_atari_envpool": [a for a in RUNS["ppo_atari_envpool"] if a != "--no-compile"]}
 # wall-clock readings (sfl_kinetix_jax times its level filtering); everything else must repeat exactly
 VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share")
@@ -136,14 +138,20 @@ def run_numbers(script_path: str, flags: list, tmp_path) -> dict:
     return {str(i): numbers(d) for i, d in enumerate(dirs)}
 
 
+def xla_flags(script: str):
+    """The XLA flags a JAX script's golden run is compiled with (its numbers depend on them); None for the others."""
+    return JAX_ENV["XLA_FLAGS"] if script in JAX_SCRIPTS else None
+
+
 def check_golden(script: str, flags: list, golden_name: str, tmp_path) -> None:
     got = run_numbers(os.path.join(ROOT, "cleanrl_scaling", f"{script}.py"), flags, tmp_path)
     path = os.path.join(GOLDEN, f"{golden_name}.json")
     if os.environ.get("GOLDEN_REGEN") == "1":
         with open(path, "w") as f:
-            json.dump({"command": flags, "machine": machine(), "runs": got}, f, indent=1)
+            json.dump({"command": flags, "machine": machine(), "xla_flags": xla_flags(script), "runs": got}, f, indent=1)
     golden = json.load(open(path))
     assert golden["command"] == flags, "the golden file was recorded with another command"
+    assert golden.get("xla_flags") == xla_flags(script), "the golden file was recorded with other XLA flags"
     got = json.loads(json.dumps(got))
     if golden.get("machine") == machine():
         # Through JSON on both sides, so a float compares by its repr: equal means bit-identical.

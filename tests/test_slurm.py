@@ -381,7 +381,8 @@ def resumed_from(log_text: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def test_cancelled_array_continues_from_its_checkpoints_with_resume(slurm, tmp_path):
+@pytest.mark.slow  # two arrays of three MuJoCo runs, one at a time (about a minute); the launcher's --resume-unfinished
+def test_cancelled_array_continues_from_its_checkpoints_with_resume(slurm, tmp_path):  # is tested in test_launcher.py
     """M25 Fig. 8 on MuJoCo (3 tiny runs, one at a time): scancel once the first run has written its first
     checkpoint; RESUME=1 SLURM=1 resubmits the 3 points, the cancelled one continuing from its checkpoint in its old
     run directory (iteration > 0), and all finish."""
