@@ -3,8 +3,9 @@ docs/pqn_atari.md; docs/ppo_continuous_mujoco.md#scaling-and-torchrun).
 
 Slow, per torch script: a run under `torchrun --nproc-per-node 2` (gloo, CPU) and a single-process run of the same
 tiny config log the same per-iteration losses, explained variance and diagnostics at iteration 1 (within 1e-5
-relative, or 5e-7 absolute where float32 terms cancel), and at iteration 2 differ no more than one process differs
-from itself when only the float summation order changes; the finished episodes are the same. The ranks split the
+relative, or 5e-7 absolute where float32 terms cancel; a main loss past that only as far as one process moves it when
+only the float summation order changes), and at iteration 2 differ no more than one process differs from itself when
+only the summation order changes; the finished episodes are the same. The ranks split the
 envs (envpool and gymnasium seed env i with seed + i), draw the whole batch's random numbers from one stream and
 reduce every batch statistic over the ranks.
 
@@ -117,17 +118,23 @@ CONTROL = {"ppo_atari_envpool": ["--update-chunk-size", "5"], "ppo_procgen": ["-
 def test_two_ranks_log_what_one_process_logs(name, tmp_path):
     scalars_one, episodes_one = by_iteration(run(name, CASES[name], tmp_path / "one", 1))
     scalars_two, episodes_two = by_iteration(run(name, CASES[name], tmp_path / "two", 2))
+    scalars_control, _ = by_iteration(run(name, CASES[name] + CONTROL[name], tmp_path / "control", 1))
     assert sorted(scalars_one) == sorted(scalars_two) == [1, 2]
     worst_1, outside = differences(scalars_one, scalars_two, iterations=[1])
     loss_1, _ = differences(scalars_one, scalars_two, MAIN_LOSSES, [1])
+    control_1, _ = differences(scalars_one, scalars_control, MAIN_LOSSES, [1])
+    # A main loss past RTOL at iteration 1 passes only where the summation-order control moves the losses as much:
+    # MuJoCo's logged losses come after 16 Adam steps, which amplify the last bits (measured 2026-11-29, control and
+    # two ranks: MuJoCo 1.4e-5 and 2.4e-5, procgen 3.9e-5 and 2.9e-5, Atari 8.9e-7 and 6.7e-6, PQN 0 and 0)
+    outside = [o for o in outside if not (o[1] in MAIN_LOSSES and loss_1 <= 10 * control_1)]
     assert not outside, outside
     # Iteration 2 acts with weights that differ by float rounding, which training amplifies (MuJoCo's physics
     # most): the two runs must be as close as one process is to itself when only the summation order changes
-    scalars_control, _ = by_iteration(run(name, CASES[name] + CONTROL[name], tmp_path / "control", 1))
     loss_2, _ = differences(scalars_one, scalars_two, MAIN_LOSSES, [2])
     control_2, _ = differences(scalars_one, scalars_control, MAIN_LOSSES, [2])
-    print(f"{name}: max relative difference, iteration 1: {loss_1:.1e} in the losses, {worst_1:.1e} over all "
-          f"{len(scalars_one[1])} tags; iteration 2: {loss_2:.1e} in the losses (summation-order control {control_2:.1e})")
+    print(f"{name}: max relative difference, iteration 1: {loss_1:.1e} in the losses (control {control_1:.1e}), "
+          f"{worst_1:.1e} over all {len(scalars_one[1])} tags; iteration 2: {loss_2:.1e} in the losses "
+          f"(summation-order control {control_2:.1e})")
     assert loss_2 <= 10 * control_2 + RTOL
     assert episodes_one.keys() == episodes_two.keys()
     assert episodes_one or name != "ppo_procgen"
