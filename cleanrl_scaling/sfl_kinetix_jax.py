@@ -2129,19 +2129,10 @@ def active_time_logger(run_dir: str, config: dict, args, total_steps: int, start
     return logger
 
 
-def started_at(run_dir: str, default: int) -> int:
-    """The iteration a resumed run first started from (0, also for a new run from --init-from), from its config.json."""
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            return int(json.load(f).get("start_iteration", default))
-    except (OSError, ValueError, TypeError):
-        return default
-
-
 def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock, evaluation: Evaluation):
     """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
     the checkpoint) with config.json, and its logger; None on the other processes, which write nothing. config.json
-    records the --init-from checkpoint and the iteration the run first started from (utils/aggregate.py reads both)."""
+    records the --init-from checkpoint and the iteration the run started from, 0 (utils/aggregate.py reads both)."""
     if jax.process_index() != 0:
         return None
     if args.resume:
@@ -2154,7 +2145,7 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock,
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "processes": jax.process_count(), "platform": jax.default_backend(), "versions": package_versions(),
               "git_commit": git_commit(), "script": SCRIPT, "init_from": args.init_from,
-              "start_iteration": started_at(run_dir, start_iteration) if args.resume else start_iteration,
+              "start_iteration": 0,  # every run counts from update 0, a new run from --init-from too
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "level_blocks": level_blocks(from_buffer, from_fresh),
                       "handmade_levels": evaluation.handmade_names, "train_levels": list(args.train_levels)}}
