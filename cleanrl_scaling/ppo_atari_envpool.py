@@ -94,6 +94,8 @@ class Args(ScalingArgs, RunArgs):
     """run the networks' trunks under bfloat16 autocast, forward and backward (the output layers, parameters and Adam stay fp32)"""
     channels_last: bool = True
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
+    async_envs: bool = False
+    """step the envs in two halves that take turns: one half steps on envpool's threads while the network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (10-20% faster updates on CPU here; compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     update_chunk_size: int = 512
@@ -199,6 +201,15 @@ def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
                         episodic_life=train, reward_clip=train)
 
 
+def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> list:
+    """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
+    env i with seed + i, so env i plays the same games in both modes)."""
+    if not async_envs:
+        return [make_envs(env_id, num_envs, seed)]
+    half = num_envs // 2
+    return [make_envs(env_id, half, seed), make_envs(env_id, half, seed + half)]
+
+
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -302,11 +313,13 @@ class EpisodeStats:
     def __init__(self, num_envs):
         self.returns = np.zeros(num_envs)
 
-    def update(self, info, truncated) -> list:
-        self.returns += info["reward"]
+    def update(self, info, truncated, envs=slice(None)) -> list:
+        """The games that ended in this step of the envs `envs` (all, or one --async-envs group)."""
+        returns = self.returns[envs]  # a view: the updates below land in self.returns
+        returns += info["reward"]
         game_over = np.logical_or(info["terminated"].astype(bool), truncated)
-        finished = [(float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
-        self.returns[game_over] = 0.0
+        finished = [(float(returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        returns[game_over] = 0.0
         return finished
 
 
@@ -325,33 +338,68 @@ class NextStep(NamedTuple):
     done: torch.Tensor
     terminated: torch.Tensor
 
+    def select(self, cols: slice) -> "NextStep":
+        return NextStep(*(x[cols] for x in self))
 
-def collect_rollout(envs, agent, storage, state, stats, args, device, autocast, ranks):
-    """Run num_steps in every env; returns (episodes finished, the NextStep after the rollout). Under torchrun
-    every rank samples the whole batch's actions from all ranks' logits and keeps its own envs' (torchrun = one
-    process: docs/ppo_atari_envpool.md, Data parallelism)."""
-    next_obs, next_done, next_term = state
+
+ALL_ENVS = slice(None)
+
+
+def act(agent, state, storage, step, cols, ranks) -> np.ndarray:
+    """Store the envs' (cols) current step and sample their actions; under torchrun every rank samples the whole
+    batch's actions from all ranks' logits and keeps its own envs' (torchrun = one process:
+    docs/ppo_atari_envpool.md, Data parallelism)."""
+    store_frames(storage.obs[step, cols], state.obs)
+    storage.dones[step, cols] = state.done
+    storage.terminations[step, cols] = state.terminated
+    logits, value = agent(state.obs)
+    action, logprob = sample_actions(ranks.gather_envs(logits.float()))
+    action, logprob = ranks.own_envs(action), ranks.own_envs(logprob)
+    storage.values[step, cols] = value.float()
+    storage.actions[step, cols] = action
+    storage.logprobs[step, cols] = logprob
+    return action.cpu().numpy()
+
+
+def observe(result, storage, step, cols, stats, finished, device) -> NextStep:
+    """Store the reward of the envs' (cols) step and return where they are now; ended games go to `finished`."""
+    obs_np, reward, term, trunc, info = result
+    finished += stats.update(info, trunc, cols)
+    storage.rewards[step, cols] = torch.as_tensor(reward, device=device)
+    return NextStep(torch.as_tensor(obs_np, device=device), torch.as_tensor(np.logical_or(term, trunc),
+                    dtype=torch.float32, device=device), torch.as_tensor(term, dtype=torch.float32, device=device))
+
+
+def collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks):
+    """Run num_steps in every env; returns (games finished, the NextStep after the rollout)."""
     finished = []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
     with torch.no_grad(), autocast():
+        if len(groups) == 2:
+            return collect_alternating(groups, agent, storage, state, stats, args, device, ranks)
+        envs = groups[0]
         for step in range(args.num_steps):
-            store_frames(storage.obs[step], next_obs)
-            storage.dones[step] = next_done
-            storage.terminations[step] = next_term
-            logits, value = agent(next_obs)
-            action, logprob = sample_actions(ranks.gather_envs(logits.float()))
-            action, logprob = ranks.own_envs(action), ranks.own_envs(logprob)
-            storage.values[step] = value.float()
-            storage.actions[step] = action
-            storage.logprobs[step] = logprob
-            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
-            finished += stats.update(info, trunc)
-            storage.rewards[step] = torch.as_tensor(reward, device=device)
-            next_obs = torch.as_tensor(obs_np, device=device)
-            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
-            next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-    return finished, NextStep(next_obs, next_done, next_term)
+            action = act(agent, state, storage, step, ALL_ENVS, ranks)
+            state = observe(envs.step(action), storage, step, ALL_ENVS, stats, finished, device)
+    return finished, state
+
+
+def collect_alternating(groups, agent, storage, state, stats, args, device, ranks):
+    """--async-envs: the same transitions as one group, in another order. While one half of the envs steps on
+    envpool's threads (send), the network picks the other half's actions, so the device's work hides behind
+    the envs'. Every env takes its num_steps under the same policy; only the random draws that sample the
+    actions are split in two."""
+    half = storage.obs.shape[1] // 2
+    cols = (slice(0, half), slice(half, 2 * half))
+    states, finished = [state.select(c) for c in cols], []
+    for step in range(args.num_steps + 1):
+        for g, envs in enumerate(groups):
+            if step > 0:  # this group's previous step, which ran while the other group's actions were picked
+                states[g] = observe(envs.recv(), storage, step - 1, cols[g], stats, finished, device)
+            if step < args.num_steps:
+                envs.send(act(agent, states[g], storage, step, cols[g], ranks))
+    return finished, NextStep(*(torch.cat(x) for x in zip(*states)))
 
 
 def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
@@ -635,6 +683,9 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    check(not args.async_envs or (args.num_envs // world_size) % 2 == 0,
+          f"--async-envs splits each process's {args.num_envs // world_size} envs into two halves: pass an even "
+          f"--num-envs{' per torchrun rank' if world_size > 1 else ''}")
     check_scaling_flags(args)
     scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check_scaling(args, scaling)
@@ -642,8 +693,9 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: the evaluation of --save-model and the saved features (their
-# own envs and RNG streams, never training's), and --init-from, which --resume overrides
-RESUMABLE = ("eval_episodes", "save_features_every", "features_states", "init_from")
+# own envs and RNG streams, never training's), --init-from, which --resume overrides, and --async-envs, which
+# reorders the rollout's work (a resumed run's envs restart anyway)
+RESUMABLE = ("eval_episodes", "save_features_every", "features_states", "init_from", "async_envs")
 # what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
 # weights load; another game is a transfer)
 INIT_FROM_KEYS = ()
@@ -818,11 +870,12 @@ def main():
     # docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
-    with Phase(f"starting {local_envs} {args.env_id} envs", show=rank == 0):
-        envs = make_envs(args.env_id, local_envs, env_seed)
+    with Phase(f"starting {local_envs} {args.env_id} envs" + (" in two alternating halves" if args.async_envs else ""),
+               show=rank == 0):
+        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
-    agent, optimizer = build_agent(args, envs.action_space.n, device)
+    agent, optimizer = build_agent(args, groups[0].action_space.n, device)
     if ckpt:
         restore(ckpt, agent, optimizer, args, rank, device)
     elif init:
@@ -832,9 +885,9 @@ def main():
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
     stop = StopFlag()
 
-    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    storage = make_storage(args.num_steps, local_envs, groups[0].observation_space.shape, device)
     stats = EpisodeStats(local_envs)
-    obs_np, _ = envs.reset()
+    obs_np = np.concatenate([envs.reset()[0] for envs in groups])
     zeros = torch.zeros(local_envs, device=device)
     state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
@@ -854,7 +907,7 @@ def main():
         # Rollout: num_steps x local_envs transitions under the current policy
         agent.eval()
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
-            finished, state = collect_rollout(envs, agent, storage, state, stats, args, device, autocast, ranks)
+            finished, state = collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks)
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -903,7 +956,8 @@ def main():
         if status == "interrupted":
             break
 
-    envs.close()
+    for envs in groups:
+        envs.close()
     if status == "finished":
         checkpoint(iteration)
     if rank == 0:

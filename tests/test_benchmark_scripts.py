@@ -844,3 +844,32 @@ def test_both_papers_take_the_shared_preambles_knobs_alike(script, paper, tmp_pa
         refused = dry_run(script, RUNS_DIR=tmp_path / "runs", **bad)
         assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
         assert refused.stderr.startswith(f"error: {name}:"), refused.stderr
+
+
+ENV_LIMIT = REPO / "benchmark" / "ppo_atari_env_limit.py"
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--num-envs", "8,7"], "--num-envs 8,7: pass even env counts"),
+    (["--num-envs", "eight"], "--num-envs 'eight': pass comma-separated integers"),
+    (["--iterations", "2"], "--iterations >= 3"),
+    (["--cleanrl", "/nonexistent"], "--cleanrl /nonexistent: no cleanrl/ppo_atari_envpool.py there"),
+])
+def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
+    out = subprocess.run(["python3", str(ENV_LIMIT)] + flags, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
+    assert words in out.stderr
+
+
+@pytest.mark.slow
+def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
+    """envpool's three random-action rates and both of our modes at 4 envs, tiny, on CPU: every number is there and
+    positive (their values mean nothing here)."""
+    out = subprocess.run(["python3", str(ENV_LIMIT), "--cpu-dry-run", "--num-envs", "4", "--out", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (result,) = json.load(open(tmp_path / "r.json"))["results"]
+    assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves"}
+    assert set(result["sps_median"]) == {"ours", "ours --async-envs"} and result["x_cleanrl"] is None
+    assert all(v > 0 for v in list(result["envpool_steps_per_s"].values()) + list(result["sps_median"].values()))
+    assert "of envpool's sync limit" in out.stdout

@@ -194,6 +194,20 @@ def test_tf32_flag_switches_cuda_matmuls_and_changes_the_numbers(tmp_path):
     assert losses["on"] != losses["off"], "--no-tf32 gave TF32's bits: TF32 was not in effect"
 
 
+@pytest.mark.gpu
+def test_async_envs_on_the_gpu(tmp_path):
+    """ppo_atari_envpool.py --async-envs with the network and the rollout buffer on CUDA: the CPU test's check that
+    both modes store the same bits (a policy that is a function of the frames), then a 2-iteration run, complete and
+    finite, that records the flag."""
+    m = importlib.import_module("cleanrl_scaling.ppo_atari_envpool")
+    require_envs("ppo_atari_envpool", m)
+    importlib.import_module("test_ppo_atari_envpool").test_async_envs_collect_the_transitions_of_one_group("cuda")
+    flags = tiny_flags("ppo_atari_envpool") + ON_GPU + ["--async-envs"]
+    run_dir = run(m, flags + ["--total-timesteps", str(2 * batch_of(flags))], tmp_path)
+    config = assert_complete_and_finite(run_dir, 2, PPO_DIAGNOSTICS | SHARED_DIAGNOSTICS)
+    assert config["device"].startswith("cuda") and config["args"]["async_envs"] is True
+
+
 # ------------------------------------------------------------------------------------------------ JAX scripts
 @pytest.mark.gpu
 @pytest.mark.parametrize("script", JAX_SCRIPTS)

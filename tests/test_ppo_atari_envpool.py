@@ -420,7 +420,7 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     zeros = torch.zeros(2)
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-    m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+    m.collect_rollout([envs], agent, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
                       m.Args(num_steps=8), "cpu", autocast, m.Ranks())
     for t in range(8):
         with torch.no_grad(), autocast():
@@ -441,7 +441,7 @@ def test_bf16_rollout_runs_the_heads_in_fp32():
     zeros = torch.zeros(2)
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16)
-    m.collect_rollout(envs, agent, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
+    m.collect_rollout([envs], agent, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2),
                       m.Args(num_steps=8), "cpu", autocast, m.Ranks())
     for t in range(8):
         x = storage.obs[t].float() / 255.0
@@ -530,7 +530,7 @@ def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
     storage = m.make_storage(num_steps, num_envs, envs.observation_space.shape, "cpu")
     obs, _ = envs.reset()
     zeros = torch.zeros(num_envs)
-    _, state = m.collect_rollout(envs, agent, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros),
+    _, state = m.collect_rollout([envs], agent, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros),
                                  m.EpisodeStats(num_envs), args, "cpu", no_autocast, m.Ranks())
     with torch.no_grad():
         _, next_value = agent(state.obs)
@@ -547,6 +547,69 @@ def test_rollout_and_advantages_on_a_real_game_are_cleanrls():
         assert torch.allclose(advantages, reference["advantages"], atol=1e-4)
         assert torch.equal(m.valid_mask(storage.dones, cleanrl_compat),
                            torch.ones_like(storage.dones) if cleanrl_compat else 1.0 - reference["dones"])
+
+
+class ObsHashAgent(torch.nn.Module):
+    """A policy whose action is a function of the frames (their sum mod A, a logit margin of 50 nats, so Gumbel-max
+    sampling picks it whatever its noise) and whose value is their mean: rollouts that differ only in how they
+    draw the sampling noise must then store the same bits."""
+
+    def __init__(self, num_actions):
+        super().__init__()
+        self.num_actions = num_actions
+
+    def forward(self, obs):
+        choice = obs.long().sum(dim=(1, 2, 3)) % self.num_actions
+        return 50.0 * torch.nn.functional.one_hot(choice, self.num_actions).float(), obs.float().mean(dim=(1, 2, 3))
+
+
+def rollouts(async_envs, num_envs, num_steps, times, seed=7, device="cpu"):
+    """`times` consecutive rollouts of ObsHashAgent in one mode: (storages, NextSteps, finished games) of each."""
+    groups = m.make_env_groups("Breakout-v5", num_envs, seed, async_envs)
+    agent = ObsHashAgent(groups[0].action_space.n)
+    stats, zeros = m.EpisodeStats(num_envs), torch.zeros(num_envs, device=device)
+    state = m.NextStep(torch.as_tensor(np.concatenate([g.reset()[0] for g in groups]), device=device), zeros, zeros)
+    out = []
+    for _ in range(times):
+        storage = m.make_storage(num_steps, num_envs, groups[0].observation_space.shape, device)
+        finished, state = m.collect_rollout(groups, agent, storage, state, stats, m.Args(num_steps=num_steps), device,
+                                            no_autocast, m.Ranks())
+        out.append((storage, state, finished))
+    for g in groups:
+        g.close()
+    return out
+
+
+def test_async_envs_collect_the_transitions_of_one_group(device="cpu"):
+    """--async-envs (two halves of the envs stepping in turn through envpool's send/recv) must be a reordering of
+    the synchronous rollout: with a policy that is a function of the frames, two consecutive rollouts store the
+    same frames, actions, log-probs, values, rewards, done and terminated flags, end in the same NextStep and
+    finish the same games, env by env. (tests/test_gpu.py runs it on CUDA.)"""
+    sync, alternating = rollouts(False, 6, 96, 2, device=device), rollouts(True, 6, 96, 2, device=device)
+    for (a, a_state, a_done), (b, b_state, b_done) in zip(sync, alternating):
+        for field in dataclasses.fields(m.Storage):
+            assert torch.equal(getattr(a, field.name), getattr(b, field.name)), field.name
+        for x, y in zip(a_state, b_state):
+            assert torch.equal(x, y)
+        assert sorted(a_done) == sorted(b_done)
+    storage = sync[1][0]
+    # lives were lost, points scored and whole games finished; every action was taken and the envs differ
+    assert storage.dones.sum() >= 4 and sum(x[0].rewards.sum() for x in sync) > 0 and len(sync[1][2]) > 0
+    assert len(storage.actions.unique()) == 4 and (storage.obs[:, :3] != storage.obs[:, 3:]).any()
+
+
+def test_async_envs_runs_a_complete_run_and_refuses_an_odd_count(tmp_path):
+    _, err = run(TINY[2:] + ["--num-envs", "5", "--async-envs", "--total-timesteps", "1024"], tmp_path / "odd", expect=2)
+    assert err.strip().count("\n") == 0 and "--async-envs" in err and "even --num-envs" in err
+    assert not (tmp_path / "odd" / "runs").exists()
+    out, _ = run(TINY + ["--async-envs", "--total-timesteps", "128", "--diagnostics-every", "2"], tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    assert "in two alternating halves" in out
+    assert json.load(open(run_dir / "config.json"))["args"]["async_envs"] is True
+    rows = read_metrics(run_dir)
+    assert [r["iteration"] for r in rows if "losses/policy_loss" in r] == [1, 2]
+    assert all(math.isfinite(v) for r in rows for k, v in r.items() if k != "losses/explained_variance")
+    assert json.load(open(run_dir / "summary.json"))["status"] == "finished"
 
 
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():

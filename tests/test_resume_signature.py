@@ -51,12 +51,13 @@ JAX_COMMON = ["--diagnostics-every", "0", "--progress", "none", "--eval-every", 
 ITERATIONS = 4  # the runs' length: the checkpoint is at iteration 1
 
 # The flags a resume may change: the run's length and its bookkeeping (names, paths, tracking, progress, checkpoints,
-# diagnostics, evaluation on its own envs and keys, the process layout); every other flag must match
+# diagnostics, evaluation on its own envs and keys, the process layout, the order the envs step in); every other flag
+# must match
 SHARED_RESUMABLE = {"total_timesteps", "exp_name", "track", "wandb_project_name", "wandb_entity", "runs_dir",
                     "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
                     "kl_profile"}
 RESUMABLE = {
-    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from"},
+    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from", "async_envs"},
     "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from"},
     "ppo_procgen": {"eval_every", "eval_episodes", "init_from"},
     "ppo_continuous_mujoco": {"eval_episodes", "init_from"},

@@ -1,0 +1,224 @@
+"""envpool's own limit on this machine, beside ppo_atari_envpool.py's SPS (synchronous and --async-envs) and CleanRL's,
+in one run: how close the training loop comes to the envs it waits for (docs/gpu.md#atari-at-envpools-limit).
+
+    python benchmark/ppo_atari_env_limit.py [--num-envs 8,256] [--seconds 8] [--iterations 8] [--repeats 1]
+                                            [--cleanrl PATH] [--out FILE] [--cpu-dry-run]
+
+For each N of --num-envs, with nothing else running:
+  * envpool alone, Breakout-v5 with the script's wrappers (episodic life, clipped rewards), uniformly random actions,
+    each for --seconds after a warm-up:
+      sync    one instance stepping all N at once (step = send + recv): what a synchronous rollout waits for;
+      async   one instance of N envs with batch_size N/2: recv returns the first N/2 envs to finish, which are sent
+              their actions at once (envpool's asynchronous mode);
+      halves  two instances of N/2 envs stepping in turn through send/recv: --async-envs' pattern, without the network.
+  * ppo_atari_envpool.py at N envs x T steps (T = 128 at N <= 16, CleanRL's default, else 64), synchronous and
+    --async-envs, then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
+    N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
+    --iterations iterations, the programs alternated; marginal SPS (the first iteration left out), medians.
+Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, and ours over
+CleanRL's. On a GPU machine the default sizes take about 5 minutes; --cpu-dry-run runs every step at tiny sizes (it
+catches mistakes; its numbers mean nothing).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+from _throughput_common import (check_cleanrl_checkout, check_repeats, cleanrl_points, int_list,  # noqa: E402
+                                marginal_sps, patched_cleanrl, refuse)
+
+SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
+CLEANRL_SCRIPT = "ppo_atari_envpool.py"  # CleanRL's, in cleanrl/ of its checkout
+ENV_ID = "Breakout-v5"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# envpool alone
+# ---------------------------------------------------------------------------------------------------------
+def make_pool(num_envs: int, seed: int, batch_size: int = 0):
+    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous."""
+    from cleanrl_scaling.ppo_atari_envpool import import_envpool
+    return import_envpool().make(ENV_ID, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size or num_envs,
+                                 seed=seed, episodic_life=True, reward_clip=True)
+
+
+def timed(step, seconds: float, warmup: int = 20) -> float:
+    """Env steps per second of step() (which returns the steps it took) over `seconds`, after `warmup` calls."""
+    for _ in range(warmup):
+        step()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += step()
+    return steps / (time.perf_counter() - start)
+
+
+def sync_rate(num_envs: int, seconds: float) -> float:
+    envs, rng = make_pool(num_envs, 1), np.random.default_rng(0)
+    envs.reset()
+    n = envs.action_space.n
+
+    def step():
+        envs.step(rng.integers(0, n, num_envs))
+        return num_envs
+    try:
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+def async_rate(num_envs: int, seconds: float) -> float:
+    batch = num_envs // 2
+    envs, rng = make_pool(num_envs, 1, batch), np.random.default_rng(0)
+    envs.async_reset()
+    n = envs.action_space.n
+
+    def step():
+        *_, info = envs.recv()
+        envs.send(rng.integers(0, n, batch), info["env_id"])
+        return batch
+    try:
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+def halves_rate(num_envs: int, seconds: float) -> float:
+    half = num_envs // 2
+    pools, rng = [make_pool(half, 1), make_pool(half, 1 + half)], np.random.default_rng(0)
+    n = pools[0].action_space.n
+    for envs in pools:
+        envs.reset()
+        envs.send(rng.integers(0, n, half))
+
+    def step():
+        for envs in pools:  # receive one half while the other steps, then send it its actions
+            envs.recv()
+            envs.send(rng.integers(0, n, half))
+        return num_envs
+    try:
+        return timed(step, seconds)
+    finally:
+        for envs in pools:
+            envs.recv()
+            envs.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The training programs
+# ---------------------------------------------------------------------------------------------------------
+def run_program(cmd: list, cwd: str) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed:\n{out.stderr[-2000:]}")
+    return out
+
+
+def ours(flags: list, iterations: int, batch: int, device_flags: list) -> float:
+    """Marginal SPS of ppo_atari_envpool.py with `flags` over `iterations` iterations of `batch` steps."""
+    with tempfile.TemporaryDirectory() as runs:
+        run_program([sys.executable, SCRIPT, "--runs-dir", runs, "--progress", "none", "--diagnostics-every", "0",
+                     "--total-timesteps", str(iterations * batch)] + device_flags + flags, cwd=runs)
+        (name,) = os.listdir(runs)
+        rows = [json.loads(line) for line in open(os.path.join(runs, name, "metrics.jsonl"))]
+        return marginal_sps([(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r])
+
+
+def cleanrl(checkout: str, flags: list, iterations: int, batch: int, device_flags: list) -> float:
+    """Marginal SPS of CleanRL's script (patched for envpool 1.x only) from the cumulative SPS lines it prints."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = patched_cleanrl(checkout, CLEANRL_SCRIPT, tmp)
+        out = run_program([sys.executable, path, "--total-timesteps", str(iterations * batch)] + device_flags + flags,
+                          cwd=tmp)
+        return marginal_sps(cleanrl_points(out.stdout, batch))
+
+
+def programs(num_envs: int, num_steps: int, opts) -> dict:
+    """name -> f(iterations) giving its marginal SPS at num_envs x num_steps."""
+    batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
+    dry = ["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []
+    found = {"ours": lambda k: ours(size, k, batch, dry),
+             "ours --async-envs": lambda k: ours(size + ["--async-envs"], k, batch, dry)}
+    if opts.cleanrl:
+        found["CleanRL"] = lambda k: cleanrl(opts.cleanrl, size, k, batch, [])  # CUDA where torch sees it
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------------------
+def measure(num_envs: int, opts) -> dict:
+    num_steps = (16 if opts.cpu_dry_run else 128) if num_envs <= 16 else (16 if opts.cpu_dry_run else 64)
+    print(f"== {num_envs} envs ({ENV_ID}, random actions, {opts.seconds:g} s each)", flush=True)
+    limits = {"sync": sync_rate(num_envs, opts.seconds), "async": async_rate(num_envs, opts.seconds),
+              "halves": halves_rate(num_envs, opts.seconds)}
+    for name, rate in limits.items():
+        print(f"   envpool {name:<7} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
+    runs = programs(num_envs, num_steps, opts)
+    for name, run in runs.items():  # warm-up: torch.compile's and the kernels' caches, CleanRL's imports
+        run(2)
+    sps = {name: [] for name in runs}
+    for _ in range(opts.repeats):
+        for name, run in runs.items():
+            sps[name].append(run(opts.iterations))
+    medians = {name: statistics.median(values) for name, values in sps.items()}
+    print(f"   {num_envs} x {num_steps}, {opts.iterations} iterations, median of {opts.repeats}:")
+    for name, value in medians.items():
+        vs = f", {value / medians['CleanRL']:.2f}x CleanRL" if "CleanRL" in medians and name != "CleanRL" else ""
+        print(f"   {name:<18} {value:>10,.0f} SPS  ({value / limits['sync']:.2f} of envpool's sync limit{vs})",
+              flush=True)
+    return {"num_envs": num_envs, "num_steps": num_steps, "envpool_steps_per_s": limits, "sps_runs": sps,
+            "sps_median": medians, "of_sync_limit": {k: v / limits["sync"] for k, v in medians.items()},
+            "x_cleanrl": {k: v / medians["CleanRL"] for k, v in medians.items()} if "CleanRL" in medians else None}
+
+
+def machine() -> dict:
+    out = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
+           "cpu_cores": os.cpu_count()}
+    try:
+        import torch
+        out.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+    except ImportError:
+        out["torch"] = None
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-envs", default="8,256", help="comma-separated env counts (each even)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each envpool-alone rate")
+    parser.add_argument("--iterations", type=int, default=8, help="iterations of each timed training run")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs of each program, alternated; medians")
+    parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
+    parser.add_argument("--out", help="write the numbers to this JSON file")
+    parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on CPU: every step runs, numbers mean nothing")
+    opts = parser.parse_args()
+    if opts.cpu_dry_run:
+        opts.seconds, opts.iterations = min(opts.seconds, 0.5), min(opts.iterations, 3)
+    counts = int_list("--num-envs", opts.num_envs, "8,256")
+    if not counts or any(n < 2 or n % 2 for n in counts):
+        refuse(f"--num-envs {opts.num_envs}: pass even env counts >= 2 (the async modes use halves), e.g. 8,256")
+    if opts.seconds <= 0 or opts.iterations < 3:
+        refuse("--seconds must be > 0 and --iterations >= 3 (marginal SPS leaves the first iteration out)")
+    check_repeats(opts.repeats)
+    check_cleanrl_checkout(opts.cleanrl, CLEANRL_SCRIPT)
+    if opts.out and not os.path.isdir(os.path.dirname(os.path.abspath(opts.out))):
+        refuse(f"--out {opts.out}: its folder does not exist")
+    result = {"machine": machine(), "env_id": ENV_ID, "results": [measure(n, opts) for n in counts],
+              "dry_run": opts.cpu_dry_run}
+    if opts.out:
+        with open(opts.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
