@@ -96,6 +96,8 @@ class Args(ScalingArgs, RunArgs):
     """run forward and backward passes under bfloat16 autocast (parameters and the optimizer stay fp32)"""
     channels_last: bool = False
     """store conv activations channels-last (off: LayerNorm over (C, H, W) undoes the layout; slower here)"""
+    async_envs: bool = False
+    """step the envs in two halves that take turns: one half steps on envpool's threads while the Q-network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     update_chunk_size: int = 512
@@ -221,6 +223,15 @@ def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
                         episodic_life=train, reward_clip=train)
+
+
+def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> list:
+    """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
+    env i with seed + i, so env i plays the same games in both modes)."""
+    if not async_envs:
+        return [make_envs(env_id, num_envs, seed)]
+    half = num_envs // 2
+    return [make_envs(env_id, half, seed), make_envs(env_id, half, seed + half)]
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -365,11 +376,13 @@ class EpisodeStats:
     def __init__(self, num_envs):
         self.returns = np.zeros(num_envs)
 
-    def update(self, info, truncated) -> list:
-        self.returns += info["reward"]
+    def update(self, info, truncated, envs=slice(None)) -> list:
+        """The games that ended in this step of the envs `envs` (all, or one --async-envs group)."""
+        returns = self.returns[envs]  # a view: the updates below land in self.returns
+        returns += info["reward"]
         game_over = np.logical_or(info["terminated"].astype(bool), truncated)
-        finished = [(float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
-        self.returns[game_over] = 0.0
+        finished = [(float(returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        returns[game_over] = 0.0
         return finished
 
 
@@ -406,37 +419,79 @@ class NextStep(NamedTuple):
     done: torch.Tensor
     terminated: torch.Tensor
 
+    def select(self, cols: slice) -> "NextStep":
+        return NextStep(*(x[cols] for x in self))
 
-def collect_rollout(envs, q_network, storage, state, stats, args, device, autocast, global_step, evaluator, ranks):
+
+ALL_ENVS = slice(None)
+
+
+def act(q_network, state, storage, step, cols, epsilon, ranks, evaluator=None, eval_finished=None) -> np.ndarray:
+    """Store the envs' (cols) current step and pick their epsilon-greedy actions; under torchrun every rank draws the
+    whole batch's exploration from all ranks' Q-values and keeps its own envs' actions (torchrun = one process).
+    The evaluation envs, if given, share the forward pass and take their step here (their finished games go to
+    `eval_finished`)."""
+    store_frames(storage.obs[step, cols], state.obs)
+    storage.dones[step, cols] = state.done
+    storage.terminations[step, cols] = state.terminated
+    num_envs = state.obs.shape[0]
+    obs = state.obs if evaluator is None else torch.cat([state.obs, evaluator.obs])  # one forward for both
+    q_values = q_network(obs).float()
+    train_q = q_values[:num_envs]
+    action = ranks.own_envs(epsilon_greedy(ranks.gather_envs(train_q), epsilon))
+    storage.max_q[step, cols] = train_q.max(dim=-1).values
+    storage.actions[step, cols] = action
+    if evaluator is not None:
+        eval_finished += evaluator.step(q_values[num_envs:])
+    return action.cpu().numpy()
+
+
+def observe(result, storage, step, cols, stats, finished, device) -> NextStep:
+    """Store the reward of the envs' (cols) step and return where they are now; ended games go to `finished`."""
+    obs_np, reward, term, trunc, info = result
+    finished += stats.update(info, trunc, cols)
+    storage.rewards[step, cols] = torch.as_tensor(reward, device=device)
+    return NextStep(torch.as_tensor(obs_np, device=device), torch.as_tensor(np.logical_or(term, trunc),
+                    dtype=torch.float32, device=device), torch.as_tensor(term, dtype=torch.float32, device=device))
+
+
+def collect_rollout(groups, q_network, storage, state, stats, args, device, autocast, global_step, evaluator, ranks):
     """Run num_steps epsilon-greedy steps in every env; returns (episodes finished, evaluation episodes
-    finished, the NextStep after the rollout). Under torchrun every rank draws the whole batch's exploration
-    from all ranks' Q-values and keeps its own envs' actions (torchrun = one process)."""
-    next_obs, next_done, next_term = state
-    num_envs = next_obs.shape[0]
+    finished, the NextStep after the rollout)."""
     finished, eval_finished = [], []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
     with torch.no_grad(), autocast():
+        if len(groups) == 2:
+            state = collect_alternating(groups, q_network, storage, state, stats, args, device, global_step,
+                                        evaluator, ranks, finished, eval_finished)
+            return finished, eval_finished, state
+        envs = groups[0]
         for step in range(args.num_steps):
-            store_frames(storage.obs[step], next_obs)
-            storage.dones[step] = next_done
-            storage.terminations[step] = next_term
-            obs = next_obs if evaluator is None else torch.cat([next_obs, evaluator.obs])  # one forward for both
-            q_values = q_network(obs).float()
-            train_q = q_values[:num_envs]
             epsilon = rollout_epsilon(global_step, step, args)
-            action = ranks.own_envs(epsilon_greedy(ranks.gather_envs(train_q), epsilon))
-            storage.max_q[step] = train_q.max(dim=-1).values
-            storage.actions[step] = action
-            if evaluator is not None:
-                eval_finished += evaluator.step(q_values[num_envs:])
-            obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
-            finished += stats.update(info, trunc)
-            storage.rewards[step] = torch.as_tensor(reward, device=device)
-            next_obs = torch.as_tensor(obs_np, device=device)
-            next_term = torch.as_tensor(term, dtype=torch.float32, device=device)
-            next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=device)
-    return finished, eval_finished, NextStep(next_obs, next_done, next_term)
+            action = act(q_network, state, storage, step, ALL_ENVS, epsilon, ranks, evaluator, eval_finished)
+            state = observe(envs.step(action), storage, step, ALL_ENVS, stats, finished, device)
+    return finished, eval_finished, state
+
+
+def collect_alternating(groups, q_network, storage, state, stats, args, device, global_step, evaluator, ranks,
+                        finished, eval_finished) -> NextStep:
+    """--async-envs: the same transitions as one group, in another order. While one half of the envs steps on
+    envpool's threads (send), the Q-network picks the other half's actions, so the device's work hides behind the
+    envs'. Every env takes its num_steps at the same epsilon under the same Q-network; only the exploration's random
+    draws are split in two. The evaluation envs ride with the first half's forward pass, one step per step."""
+    half = storage.obs.shape[1] // 2
+    cols = (slice(0, half), slice(half, 2 * half))
+    states = [state.select(c) for c in cols]
+    for step in range(args.num_steps + 1):
+        for g, envs in enumerate(groups):
+            if step > 0:  # this group's previous step, which ran while the other group's actions were picked
+                states[g] = observe(envs.recv(), storage, step - 1, cols[g], stats, finished, device)
+            if step < args.num_steps:
+                epsilon = rollout_epsilon(global_step, step, args)
+                riders = evaluator if g == 0 else None  # the evaluation envs step once per step, with the first half
+                envs.send(act(q_network, states[g], storage, step, cols[g], epsilon, ranks, riders, eval_finished))
+    return NextStep(*(torch.cat(x) for x in zip(*states)))
 
 
 def compute_q_lambda_targets(rewards, max_q, dones, terminations, next_max_q, next_done, next_term, gamma, lam):
@@ -656,6 +711,9 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    check(not args.async_envs or (args.num_envs // world_size) % 2 == 0,
+          f"--async-envs splits each process's {args.num_envs // world_size} envs into two halves: pass an even "
+          f"--num-envs{' per torchrun rank' if world_size > 1 else ''}")
     check_scaling_flags(args)
     scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check_scaling(args, scaling)
@@ -665,9 +723,9 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: what the evaluation plays with (its own envs and generator) and
-# the episodes of --save-model's (not --eval-envs, whose states share the rollout's forward pass), and --init-from,
-# which --resume overrides
-RESUMABLE = ("eval_episodes", "eval_epsilon", "init_from")
+# the episodes of --save-model's (not --eval-envs, whose states share the rollout's forward pass), --init-from,
+# which --resume overrides, and --async-envs, which reorders the rollout's work (a resumed run's envs restart anyway)
+RESUMABLE = ("eval_episodes", "eval_epsilon", "init_from", "async_envs")
 # what a checkpoint written before --network stands for: CleanRL's network, the only one then
 SIGNATURE_IMPLIED = {"network": "cleanrl"}
 # what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
@@ -843,15 +901,15 @@ def main():
     # docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
-    with Phase(f"starting {local_envs} {args.env_id} envs" + (f" and {args.eval_envs} evaluation envs"
-               if args.eval_envs and rank == 0 else ""), show=rank == 0):
-        envs = make_envs(args.env_id, local_envs, env_seed)
+    with Phase(f"starting {local_envs} {args.env_id} envs" + (" in two alternating halves" if args.async_envs else "")
+               + (f" and {args.eval_envs} evaluation envs" if args.eval_envs and rank == 0 else ""), show=rank == 0):
+        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs)
         evaluator = None
         if args.eval_envs and rank == 0:  # greedy evaluation envs, seeded apart from the training envs
             evaluator = Evaluator(args.env_id, args.eval_envs, env_seed + 500_009, args.eval_epsilon, device)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
-    q_network, optimizer = build_q_network_and_optimizer(args, envs.action_space.n, device)
+    q_network, optimizer = build_q_network_and_optimizer(args, groups[0].action_space.n, device)
     if ckpt:
         restore(ckpt, q_network, optimizer, evaluator, args, rank, device)
     elif init:
@@ -861,9 +919,9 @@ def main():
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
     stop = StopFlag()
 
-    storage = make_storage(args.num_steps, local_envs, envs.observation_space.shape, device)
+    storage = make_storage(args.num_steps, local_envs, groups[0].observation_space.shape, device)
     stats = EpisodeStats(local_envs)
-    obs_np, _ = envs.reset()
+    obs_np = np.concatenate([envs.reset()[0] for envs in groups])
     zeros = torch.zeros(local_envs, device=device)
     state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
@@ -883,7 +941,7 @@ def main():
         # Rollout: num_steps x local_envs epsilon-greedy transitions (and the greedy evaluation envs' steps)
         q_network.eval()
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
-            finished, eval_finished, state = collect_rollout(envs, q_network, storage, state, stats, args, device,
+            finished, eval_finished, state = collect_rollout(groups, q_network, storage, state, stats, args, device,
                                                              autocast, global_step, evaluator, ranks)
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
@@ -927,7 +985,8 @@ def main():
         if status == "interrupted":
             break
 
-    envs.close()
+    for envs in groups:
+        envs.close()
     if evaluator is not None:
         evaluator.envs.close()
     if status == "finished":

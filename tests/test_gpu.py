@@ -194,17 +194,21 @@ def test_tf32_flag_switches_cuda_matmuls_and_changes_the_numbers(tmp_path):
     assert losses["on"] != losses["off"], "--no-tf32 gave TF32's bits: TF32 was not in effect"
 
 
+ASYNC_ENVS_SCRIPTS = {"ppo_atari_envpool": PPO_DIAGNOSTICS | SHARED_DIAGNOSTICS, "pqn_atari": SHARED_DIAGNOSTICS}
+
+
 @pytest.mark.gpu
-def test_async_envs_on_the_gpu(tmp_path):
-    """ppo_atari_envpool.py --async-envs with the network and the rollout buffer on CUDA: the CPU test's check that
-    both modes store the same bits (a policy that is a function of the frames), then a 2-iteration run, complete and
-    finite, that records the flag."""
-    m = importlib.import_module("cleanrl_scaling.ppo_atari_envpool")
-    require_envs("ppo_atari_envpool", m)
-    importlib.import_module("test_ppo_atari_envpool").test_async_envs_collect_the_transitions_of_one_group("cuda")
-    flags = tiny_flags("ppo_atari_envpool") + ON_GPU + ["--async-envs"]
+@pytest.mark.parametrize("script", ASYNC_ENVS_SCRIPTS)
+def test_async_envs_on_the_gpu(script, tmp_path):
+    """--async-envs with the network and the rollout buffer on CUDA: the CPU test's check that both modes store the
+    same bits (a policy, or Q-values, that is a function of the frames), then a 2-iteration run, complete and finite,
+    that records the flag."""
+    m = importlib.import_module(f"cleanrl_scaling.{script}")
+    require_envs(script, m)
+    importlib.import_module(f"test_{script}").test_async_envs_collect_the_transitions_of_one_group("cuda")
+    flags = tiny_flags(script) + ON_GPU + ["--async-envs"]
     run_dir = run(m, flags + ["--total-timesteps", str(2 * batch_of(flags))], tmp_path)
-    config = assert_complete_and_finite(run_dir, 2, PPO_DIAGNOSTICS | SHARED_DIAGNOSTICS)
+    config = assert_complete_and_finite(run_dir, 2, ASYNC_ENVS_SCRIPTS[script])
     assert config["device"].startswith("cuda") and config["args"]["async_envs"] is True
 
 

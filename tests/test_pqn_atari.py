@@ -1,6 +1,7 @@
 """pqn_atari.py: Q(lambda) and the exploration schedule against hand-computed values, then runs of the script.
 The runs share a few tiny trainings (module-scoped fixtures), in-process and eager; what every script promises (bad
 input, SIGTERM, diagnostics that do not change training) is in tests/test_every_script.py."""
+import dataclasses
 import json
 import math
 import os
@@ -171,13 +172,84 @@ def test_rollout_stores_the_networks_own_max_q_and_greedy_actions(bf16):
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
     args = m.Args(num_envs=2, num_steps=8, start_e=0.0, end_e=0.0)  # greedy: the stored action is the argmax
-    m.collect_rollout(envs, net, storage, (torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2), args, "cpu", autocast, 0,
-                      None, m.Ranks())
+    m.collect_rollout([envs], net, storage, m.NextStep(torch.as_tensor(obs), zeros, zeros), m.EpisodeStats(2), args, "cpu",
+                      autocast, 0, None, m.Ranks())
     for t in range(8):
         with torch.no_grad(), autocast():
             q = net(storage.obs[t]).float()
         assert torch.equal(q.max(-1).values, storage.max_q[t]) and torch.equal(q.argmax(-1), storage.actions[t])
     assert storage.obs[1:].float().std() > 0  # the frames moved: the check ran on a real trajectory
+
+
+class FrameQNetwork(torch.nn.Module):
+    """Q-values that are a function of the frames: their pixel sum (exact in float32) on action (sum mod A), 0 on the
+    others. Greedy rollouts that differ only in how they draw the exploration noise must then store the same bits."""
+
+    def __init__(self, num_actions):
+        super().__init__()
+        self.num_actions = num_actions
+
+    def forward(self, obs):
+        total = obs.long().sum(dim=(1, 2, 3))
+        return total.float()[:, None] * torch.nn.functional.one_hot(total % self.num_actions, self.num_actions).float()
+
+
+def rollouts(async_envs, num_envs, num_steps, times, seed=7, device="cpu"):
+    """`times` consecutive greedy rollouts of FrameQNetwork in one mode, with two evaluation envs (epsilon 0.5, their
+    own generator) riding along: (storage, NextStep, finished games, finished eval games, eval frames) of each."""
+    groups = m.make_env_groups("Breakout-v5", num_envs, seed, async_envs)
+    q_network = FrameQNetwork(groups[0].action_space.n)
+    evaluator = m.Evaluator("Breakout-v5", 2, seed + 500_009, 0.5, device)
+    args = m.Args(num_envs=num_envs, num_steps=num_steps, start_e=0.0, end_e=0.0)  # greedy: actions from the frames
+    stats, zeros = m.EpisodeStats(num_envs), torch.zeros(num_envs, device=device)
+    state = m.NextStep(torch.as_tensor(np.concatenate([g.reset()[0] for g in groups]), device=device), zeros, zeros)
+    out = []
+    for i in range(times):
+        storage = m.make_storage(num_steps, num_envs, groups[0].observation_space.shape, device)
+        finished, eval_finished, state = m.collect_rollout(groups, q_network, storage, state, stats, args, device,
+                                                           NO_AUTOCAST, i * num_envs * num_steps, evaluator, m.Ranks())
+        out.append((storage, state, finished, eval_finished, evaluator.obs.clone()))
+    for envs in groups + [evaluator.envs]:
+        envs.close()
+    return out
+
+
+def test_async_envs_collect_the_transitions_of_one_group(device="cpu"):
+    """--async-envs (two halves of the envs stepping in turn through envpool's send/recv) must be a reordering of
+    the synchronous rollout: with Q-values that are a function of the frames and epsilon 0, two consecutive rollouts
+    store the same frames, actions, max Q, rewards, done and terminated flags, end in the same NextStep and finish
+    the same games, env by env; the evaluation envs take one step per step in both. (tests/test_gpu.py runs it on
+    CUDA.)"""
+    sync, alternating = rollouts(False, 6, 96, 2, device=device), rollouts(True, 6, 96, 2, device=device)
+    for (a, a_state, a_done, a_eval, a_eval_obs), (b, b_state, b_done, b_eval, b_eval_obs) in zip(sync, alternating):
+        for field in dataclasses.fields(m.Storage):
+            assert torch.equal(getattr(a, field.name), getattr(b, field.name)), field.name
+        for x, y in zip(a_state, b_state):
+            assert torch.equal(x, y)
+        assert sorted(a_done) == sorted(b_done) and a_eval == b_eval and torch.equal(a_eval_obs, b_eval_obs)
+    storage = sync[1][0]
+    # lives were lost, points scored and whole games finished; every action was taken and the envs differ
+    assert storage.dones.sum() >= 4 and sum(x[0].rewards.sum() for x in sync) > 0 and len(sync[1][2]) > 0
+    assert len(storage.actions.unique()) == 4 and (storage.obs[:, :3] != storage.obs[:, 3:]).any()
+    assert not torch.equal(sync[0][4], sync[1][4])  # the evaluation envs moved between the rollouts
+
+
+def test_async_envs_runs_a_complete_run_and_refuses_an_odd_count(tmp_path):
+    code, _, err = main_inprocess(TINY[2:] + ["--num-envs", "5", "--async-envs", "--total-timesteps", "1024"],
+                                  tmp_path / "odd")
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "--async-envs" in lines[0] and "even --num-envs" in lines[0], err
+    assert not (tmp_path / "odd" / "runs").exists()
+    code, out, err = main_inprocess(TINY + ["--async-envs", "--total-timesteps", str(2 * BATCH),
+                                            "--diagnostics-every", "2"], tmp_path)
+    assert code == 0, err[-3000:]
+    (run_dir,) = run_dirs(tmp_path)
+    assert "in two alternating halves" in out
+    assert json.load(open(os.path.join(run_dir, "config.json")))["args"]["async_envs"] is True
+    rows = read_metrics(run_dir)
+    assert [r[0] for r in losses(run_dir)] == [1, 2] and any("diagnostics/feature_rank" in r for r in rows)
+    assert all(math.isfinite(v) for r in rows for v in r.values())
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "finished"
 
 
 def test_evaluator_draws_nothing_from_the_training_stream():

@@ -58,7 +58,7 @@ SHARED_RESUMABLE = {"total_timesteps", "exp_name", "track", "wandb_project_name"
                     "kl_profile"}
 RESUMABLE = {
     "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from", "async_envs"},
-    "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from"},
+    "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from", "async_envs"},
     "ppo_procgen": {"eval_every", "eval_episodes", "init_from"},
     "ppo_continuous_mujoco": {"eval_episodes", "init_from"},
     "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "keep_checkpoints", "init_from"},
