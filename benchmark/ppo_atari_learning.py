@@ -23,8 +23,11 @@ The five-game study (--study, or --env-ids; docs/ppo_atari_envpool.md#the-five-g
 SpaceInvaders-v5 (where the gap was seen; neither is in Atari-10) and Amidar-v5, KungFuMaster-v5 and Qbert-v5 of
 M25's Atari-10 (Aitchison et al. 2023), 1M steps, ours in both modes and CleanRL's script, each game in OUT/GAME/.
 Ours run with --save-model: the final policy plays --eval-episodes (10) full games, shown beside the training
-final. Seeds 11-20 (stage A; the pilots used 1-3 and 101); the seeds per game for a 10% minimum detectable
-difference come from benchmark/ppo_atari_learning_design.py. The study's rule, fixed before its runs:
+final. Seeds in two stages (the pilots used 1-3 and 101): stage A, seeds 11-20; stage B adds seeds 21, 22, ... up
+to the count that the summary prints after stage A, the seeds per game for a 10% minimum detectable difference of
+the pooled IQM at stage A's own seed variance (every arm, pooled) and CleanRL's levels (the difference between the
+arms is not used), at most 60 (benchmark/ppo_atari_learning_design.py: 58 at the pilots' variance). The verdict
+is read at the end of each stage; stage B's, on all seeds, is the study's. The study's rule, fixed before its runs:
 - final return of a run: the mean full-game return of the games that end in the last 10% of its steps;
 - per game: R = mean(ours) / mean(CleanRL) over the seeds, with its 95% percentile bootstrap interval (10,000
   resamples of each side's seeds);
@@ -35,7 +38,8 @@ difference come from benchmark/ppo_atari_learning_design.py. The study's rule, f
 - each interval of a ratio reads: behind (below 1), ahead (above 1), at parity (contains 1 and lies inside
   [0.9, 1.1]), else not separated, with its half-width: the smallest gap this design could tell;
 - the headline verdict of an arm is its pooled one; per-game verdicts are shown beside it (ten per-game intervals
-  at 95%: a single "behind" among them can be chance);
+  at 95%: a single "behind" among them can be chance); two looks (stages A and B) at 95% each: a false "behind"
+  has at most a 5% chance over both;
 - an arm behind (pooled, or in a game) is taken apart on the same seeds and games, one difference at a time:
   --arms no-diagnostics (or compat-no-diagnostics for --cleanrl-compat), no-compile, no-channels-last. Masking the
   reset steps and bootstrapping at the time limit are switched together by --cleanrl-compat; the summary counts
@@ -286,7 +290,7 @@ def print_cut_games(g):
 
 
 def main():
-    p = parser(__doc__.split("\n")[0], out=None, env_id="Breakout-v5")
+    p = parser(__doc__.split("\n\n")[0], out=None, env_id="Breakout-v5")
     p.set_defaults(seeds=None, cleanrl_seeds=None)  # 1 2 3 for one game, the stage-A seeds for --study
     p.add_argument("--cleanrl", help="a CleanRL checkout (its cleanrl/ppo_atari_envpool.py is patched in --out)")
     p.add_argument("--arms", nargs="+", default=["default", "compat"],
