@@ -11,8 +11,11 @@ import argparse
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,6 +40,7 @@ class Comparison:
     checkpoint_every: int  # our checkpoint period, in iterations
     cleanrl_command: Callable  # (args, seed) -> the argv of CleanRL's run, started in args.out
     variants: tuple = ()  # several arms of ours (each its own exp_name); empty: one arm, "ours", at our defaults
+    our_flags: Callable = None  # (args) -> flags every run of ours adds (device, --save-model); None: none
 
     def arms(self) -> tuple:
         return self.variants or (Variant("ours", self.stem),)
@@ -61,7 +65,8 @@ def our_command(cmp: Comparison, args, seed, variant: Variant = None):
     exp_name = ["--exp-name", variant.stem] if cmp.variants else []
     cmd = [sys.executable, cmp.script, "--env-id", args.env_id, "--seed", str(seed), "--total-timesteps",
            str(args.total), "--runs-dir", os.path.join(args.out, "ours"), "--checkpoint-every",
-           str(cmp.checkpoint_every), "--progress", "none", *exp_name, *variant.flags]
+           str(cmp.checkpoint_every), "--progress", "none", *exp_name, *variant.flags,
+           *(cmp.our_flags(args) if cmp.our_flags else ())]
     run_dir = our_run_dir(cmp, args.out, args.env_id, seed, variant)
     latest = os.path.join(run_dir, "checkpoints", "latest.ckpt") if run_dir else ""
     return cmd + (["--resume", latest] if os.path.exists(latest) else [])
@@ -76,23 +81,78 @@ def cleanrl_steps(cmp: Comparison, path):
     return len(re.findall(r"^SPS: ", open(path).read(), re.M)) * cmp.batch if os.path.exists(path) else 0
 
 
-def start_runs(cmp: Comparison, args):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    procs = []
+@dataclass(frozen=True)
+class Job:
+    seed: int
+    argv: list
+    log: str
+    mode: str  # "a": ours, whose resumed run continues its log; "w": CleanRL's, which starts again
+    cwd: str = None
+
+
+def pending_jobs(cmp: Comparison, args) -> list:
+    """The runs not finished yet, seed by seed (CleanRL's first, then each arm of ours), so that a comparison stopped
+    part way has whole seeds of every arm."""
+    jobs = []
     for variant in chosen_arms(cmp, args):
         for seed in args.seeds:
             if our_status(our_run_dir(cmp, args.out, args.env_id, seed, variant)) != "finished":
-                log = open(os.path.join(args.out, f"{variant.stem}_s{seed}.log" if cmp.variants else
-                                        f"ours_s{seed}.log"), "a")
-                procs.append(subprocess.Popen(our_command(cmp, args, seed, variant), stdout=log,
-                                              stderr=subprocess.STDOUT, env=env))
+                log = os.path.join(args.out, f"{variant.stem}_s{seed}.log" if cmp.variants else f"ours_s{seed}.log")
+                jobs.append(Job(seed, our_command(cmp, args, seed, variant), log, "a"))
     for seed in args.cleanrl_seeds:
         if cleanrl_steps(cmp, cleanrl_log(args.out, seed)) < args.total // cmp.batch * cmp.batch:
-            log = open(cleanrl_log(args.out, seed), "w")
-            procs.append(subprocess.Popen(cmp.cleanrl_command(args, seed), stdout=log, stderr=subprocess.STDOUT,
-                                          env=env, cwd=args.out))
-    print(f"{len(procs)} run(s) started in {args.out}", flush=True)
-    return [p.wait() for p in procs]
+            jobs.append(Job(seed, cmp.cleanrl_command(args, seed), cleanrl_log(args.out, seed), "w", args.out))
+    # CleanRL's first within a seed: its runs are the slowest (docs/ppo_atari_envpool.md#performance); the sort is
+    # stable, so the arms of ours keep their order
+    return sorted(jobs, key=lambda j: (j.seed, j.mode != "w"))
+
+
+def start_runs(cmp: Comparison, args):
+    return run_jobs(pending_jobs(cmp, args), getattr(args, "parallel", None))
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_jobs(jobs: list, parallel: int = None) -> list:
+    """Each job on one thread, at most `parallel` at once (None: all), in order; their exit codes. Stopped (Ctrl-C,
+    SIGTERM), it passes one SIGTERM to each running job (ours checkpoint at the end of the iteration, a second
+    signal would stop them without; docs/run_directory.md#checkpoints-and-resume), starts no more, and exits 130.
+    The jobs run in their own sessions so that a Ctrl-C in the terminal reaches them only through this."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    queue, running, codes = list(jobs), [], []
+    limit = parallel or max(len(jobs), 1)
+    print(f"{len(jobs)} run(s) to run, at most {limit} at once", flush=True)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        while queue or running:
+            while queue and len(running) < limit:
+                job = queue.pop(0)
+                running.append(subprocess.Popen(job.argv, stdout=open(job.log, job.mode), stderr=subprocess.STDOUT,
+                                                env=env, cwd=job.cwd, start_new_session=True))
+            codes += [p.returncode for p in running if p.poll() is not None]
+            running = [p for p in running if p.returncode is None]
+            if running:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        print(f"stopping: SIGTERM to {len(running)} running run(s), {len(queue)} not started", flush=True)
+        for p in running:
+            p.send_signal(signal.SIGTERM)
+        for p in running:
+            p.wait()
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return codes
+
+
+def print_jobs(jobs: list) -> None:
+    """--dry-run: each run's command line, where it starts and its log; nothing is started or written."""
+    for job in jobs:
+        where = f"cd {shlex.quote(job.cwd)} && " if job.cwd else ""
+        redirect = ">>" if job.mode == "a" else ">"
+        print(f"{where}OMP_NUM_THREADS=1 {shlex.join(job.argv)} {redirect} {shlex.quote(job.log)} 2>&1")
 
 
 def our_episodes(run_dir):
@@ -103,8 +163,9 @@ def our_episodes(run_dir):
         last = max(last, row["global_step"])
         if "charts/episodic_return" in row:
             train.append((row["global_step"], row["charts/episodic_return"]))
-        if "charts/eval_return" in row:
-            evaluation.append((row["global_step"], row["charts/eval_return"]))
+        for tag in ("charts/eval_return", "eval/episodic_return"):  # PQN's greedy evaluation; PPO's final policy's
+            if tag in row:
+                evaluation.append((row["global_step"], row[tag]))
     return train, evaluation, last
 
 
@@ -146,16 +207,23 @@ def tenths(episodes, total):
 
 
 def summarize(cmp: Comparison, args):
+    finals, _ = print_table(cmp, args)
+    if getattr(cmp, "variants", ()) and "CleanRL" in finals:
+        print_verdicts(finals, len(args.seeds), len(args.cleanrl_seeds))
+
+
+def print_table(cmp: Comparison, args) -> tuple:
+    """One row per run; returns each arm's finals and evaluation finals ({arm: {seed: value}}) of finished runs."""
     window = args.total - args.total // 10
     print(f"{args.env_id}, {args.total} steps: final = mean full-game return of episodes ending after step {window}")
-    print(f"{'run':12s} {'steps':>8s} {'final training return':>26s} {'final greedy eval return':>26s}   "
+    print(f"{'run':12s} {'steps':>8s} {'final training return':>26s} {'final evaluation return':>26s}   "
           "training return per tenth of the budget")
-    rows = [(f"{v.name} s{s}", v.name, our_run_dir(cmp, args.out, args.env_id, s, v))
+    rows = [(f"{v.name} s{s}", v.name, s, our_run_dir(cmp, args.out, args.env_id, s, v))
             for v in chosen_arms(cmp, args) for s in args.seeds]
-    rows += [(f"CleanRL s{s}", "CleanRL", cleanrl_log(args.out, s)) for s in args.cleanrl_seeds]
-    finals = {}  # arm -> the final return of each of its finished seeds
-    width = max(12, *(len(name) for name, _, _ in rows))
-    for name, arm, path in rows:
+    rows += [(f"CleanRL s{s}", "CleanRL", s, cleanrl_log(args.out, s)) for s in args.cleanrl_seeds]
+    finals, evals = {}, {}  # arm -> {seed: the final (evaluation) return} of its finished runs
+    width = max(12, *(len(name) for name, _, _, _ in rows))
+    for name, arm, seed, path in rows:
         if not path or not os.path.exists(path):
             print(f"{name:{width}s} not started")
             continue
@@ -164,16 +232,18 @@ def summarize(cmp: Comparison, args):
         else:
             train, evaluation, steps = cleanrl_episodes(path), [], cleanrl_steps(cmp, path)
         if steps >= args.total // cmp.batch * cmp.batch and final_return(train, window) is not None:
-            finals.setdefault(arm, []).append(final_return(train, window))
+            finals.setdefault(arm, {})[seed] = final_return(train, window)
+            if final_return(evaluation, window) is not None:
+                evals.setdefault(arm, {})[seed] = final_return(evaluation, window)
         ev = window_stats(evaluation, window) if evaluation else f"{'-':>26s}"
         print(f"{name:{width}s} {steps:8d} {window_stats(train, window):>26s} {ev:>26s}   {tenths(train, args.total)}")
-    if getattr(cmp, "variants", ()) and "CleanRL" in finals:
-        print_verdicts(finals, len(args.seeds), len(args.cleanrl_seeds))
+    return finals, evals
 
 
 def print_verdicts(finals, our_seeds, cleanrl_seeds):
     """The rule fixed before the runs (the comparison script's header): parity when the 95% bootstrap interval of
     mean(ours) - mean(CleanRL) over seeds contains 0; behind (or ahead) when it lies below (above) 0."""
+    finals = {arm: list(by_seed.values()) for arm, by_seed in finals.items()}
     theirs = finals["CleanRL"]
     print(f"CleanRL final per seed: {' '.join(f'{v:.2f}' for v in theirs)} (mean {np.mean(theirs):.2f}, "
           f"range {min(theirs):.2f}..{max(theirs):.2f})")
@@ -219,6 +289,8 @@ def check_common(cmp: Comparison, args, checkout_file: str):
 
 def run(cmp: Comparison, args):
     args.out = os.path.abspath(args.out)  # CleanRL's runs start in it: its script's path must not be relative to it
+    if getattr(args, "dry_run", False):
+        return print_jobs(pending_jobs(cmp, args))
     os.makedirs(args.out, exist_ok=True)
     codes = [] if args.summary_only else start_runs(cmp, args)
     summarize(cmp, args)

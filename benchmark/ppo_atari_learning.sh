@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Learning of ppo_atari_envpool.py against CleanRL's ppo_atari_envpool.py on one machine: Breakout-v5, 1M steps,
-# CleanRL's defaults, 3 seeds each of ours (default mode), ours --cleanrl-compat and CleanRL's script
-# (CLEANRL=path to a checkout; its script is patched in OUT for envpool 1.x, never committed), all started at once
-# with one thread each. Rerun the same command to continue after an interruption (ours resume from their
-# checkpoints, an unfinished CleanRL run starts again), or add --summary-only to print the table and the verdicts.
-# The rule (fixed before the runs; benchmark/ppo_atari_learning.py and docs/ppo_atari_envpool.md#learning): final =
-# mean full-game return of the games ending in the last 10% of the steps; an arm is at parity when the 95% bootstrap
-# interval of mean(ours) - mean(CleanRL) over seeds contains 0, behind when it lies below 0 (then the ablation arms
-# --arms no-compile no-channels-last run on the same seeds).
+# Learning of ppo_atari_envpool.py against CleanRL's ppo_atari_envpool.py on one machine (CLEANRL=path to a
+# checkout; its script is patched in OUT for envpool 1.x, never committed), every run on one thread, at most
+# --parallel K at once (default: the cores), on the CPU (--cuda: both programs on the GPU).
+#   bash benchmark/ppo_atari_learning.sh            # the Breakout pilot: 1M steps, 3 seeds of ours (default mode),
+#                                                   # ours --cleanrl-compat and CleanRL's script
+#   bash benchmark/ppo_atari_learning.sh --study    # the five-game study: Breakout, SpaceInvaders, Amidar,
+#                                                   # KungFuMaster, Qbert; seeds 11-20; OUT=runs/ppo_atari_study
+# Rerun the same command to continue after an interruption (ours resume from their checkpoints, an unfinished
+# CleanRL run starts again), add --summary-only for the tables and the verdicts; DRY_RUN=1 prints the commands.
+# The rules (fixed before the runs) are in benchmark/ppo_atari_learning.py's header and on
+# docs/ppo_atari_envpool.md#learning; the study's seeds per game: benchmark/ppo_atari_learning_design.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python benchmark/ppo_atari_learning.py ${CLEANRL:+--cleanrl "$CLEANRL"} --out "${OUT:-runs/ppo_atari_learning}" "$@"
+python benchmark/ppo_atari_learning.py ${CLEANRL:+--cleanrl "$CLEANRL"} ${OUT:+--out "$OUT"} ${DRY_RUN:+--dry-run} "$@"

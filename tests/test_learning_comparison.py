@@ -45,7 +45,8 @@ def test_each_arm_gets_its_exp_name_and_flags_and_every_command_parses():
     args = make_args("/tmp/x")
     commands = {v.stem: lc.our_command(pal.PPO, args, 1, v) for v in pal.PPO.arms()}
     assert set(commands) == {"ppo_atari_envpool", "ppo_atari_envpool_compat", "ppo_atari_envpool_nocompile",
-                             "ppo_atari_envpool_nochannelslast"}
+                             "ppo_atari_envpool_nochannelslast", "ppo_atari_envpool_nodiag",
+                             "ppo_atari_envpool_compat_nodiag"}
     for stem, cmd in commands.items():
         parsed = tyro.cli(Args, args=cmd[2:])  # the script's own parser accepts every arm's flags
         assert parsed.exp_name == stem and parsed.total_timesteps == 10_240
@@ -53,6 +54,11 @@ def test_each_arm_gets_its_exp_name_and_flags_and_every_command_parses():
     assert parsed["ppo_atari_envpool_compat"].cleanrl_compat and not parsed["ppo_atari_envpool"].cleanrl_compat
     assert not parsed["ppo_atari_envpool_nocompile"].compile
     assert not parsed["ppo_atari_envpool_nochannelslast"].channels_last
+    nodiag = parsed["ppo_atari_envpool_nodiag"]
+    assert nodiag.diagnostics_every == 0 and not nodiag.cleanrl_compat
+    assert parsed["ppo_atari_envpool_compat_nodiag"].diagnostics_every == 0
+    assert parsed["ppo_atari_envpool_compat_nodiag"].cleanrl_compat
+    assert all(not p.cuda for p in parsed.values())  # both programs on the CPU unless --cuda
     # a one-arm comparison keeps its commands as before: no --exp-name
     assert "--exp-name" not in lc.our_command(pql.PQN, args, 1)
 

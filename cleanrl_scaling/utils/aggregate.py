@@ -410,7 +410,7 @@ def normalizer(kind: str):
                 return atari_scores.human_normalized(env_id, y)
             except KeyError:
                 raise UsageError(f"--normalize atari-human: no reference scores for {env_id!r}; known games: "
-                                 f"{', '.join(atari_scores.ATARI_10)}")
+                                 f"{', '.join(atari_scores.REFERENCE_SCORES)}")
         return normalize
     raise UsageError(f"--normalize {kind!r}: choose none or atari-human")
 

@@ -2,8 +2,9 @@
 
 Source: the random-agent and human-tester scores tabulated by Badia et al. (2020), "Agent57: Outperforming the
 Atari Human Benchmark", appendix, which extend those of Mnih et al. (2015, Nature); they are the values used by
-DQN Zoo (google-deepmind/dqn_zoo, dqn_zoo/atari_data.py) and by rliable's Atari results. Only the Atari-10 games
-(Aitchison et al., 2023), which M25 evaluates on, are listed.
+DQN Zoo (google-deepmind/dqn_zoo, dqn_zoo/atari_data.py) and by rliable's Atari results. Listed: the Atari-10 games
+(Aitchison et al., 2023), which M25 evaluates on, and Breakout and SpaceInvaders, which the learning study of
+ppo_atari_envpool.py adds (docs/ppo_atari_envpool.md#the-five-game-study).
 """
 import re
 
@@ -22,12 +23,14 @@ REFERENCE_SCORES = {
     "Phoenix": (761.4, 7242.6),
     "Qbert": (163.9, 13455.0),
     "Riverraid": (1338.5, 17118.0),
+    "Breakout": (1.7, 30.5),
+    "SpaceInvaders": (148.0, 1668.7),
 }
 _BY_KEY = {name.lower(): name for name in REFERENCE_SCORES}
 
 
 def game_name(env_id: str) -> str:
-    """'Amidar-v5', 'ALE/Amidar-v5', 'AmidarNoFrameskip-v4', 'amidar' -> 'Amidar'. KeyError if not an Atari-10 game."""
+    """'Amidar-v5', 'ALE/Amidar-v5', 'AmidarNoFrameskip-v4', 'amidar' -> 'Amidar'. KeyError if not a listed game."""
     base = env_id.split("/")[-1]
     base = re.sub(r"-v\d+$", "", base)
     base = re.sub(r"(NoFrameskip|Deterministic)$", "", base)
