@@ -1637,12 +1637,13 @@ def listed_levels(levels, num_envs: int, updates_per_chunk: int):
 class CompileWatch:
     """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
     records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
-    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
-    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
-    cached and not counted."""
+    (tracing, reading the cache, compiling). The names are jax 0.7's and 0.11's (whose jit traces in
+    trace_to_jaxpr_nocache); a test checks them. Programs that compile faster than the cache's threshold
+    (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never cached and not counted."""
     SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
              "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
     ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
+                  "trace_to_jaxpr_nocache": "tracing a program",
                   "_cache_read": "loading a program from the compilation cache",
                   "backend_compile_and_load": "compiling a program not in the compilation cache"}
 
