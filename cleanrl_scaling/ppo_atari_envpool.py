@@ -1407,6 +1407,18 @@ def plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+class CheckpointUnpickler(pickle.Unpickler):
+    """Reads a checkpoint written under NumPy 1 or 2 with either: NumPy 2 renamed numpy.core to numpy._core, which
+    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html)."""
+
+    def find_class(self, module: str, name: str):
+        ours = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
+        for alias in ("numpy.core", "numpy._core"):
+            if module == alias or module.startswith(alias + "."):
+                return super().find_class(ours + module[len(alias):], name)
+        return super().find_class(module, name)
+
+
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -1420,7 +1432,7 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
-            state = pickle.load(f)
+            state = CheckpointUnpickler(f).load()
     except Exception as e:  # a truncated or foreign file
         raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
     check(isinstance(state, dict) and state.get("script") == script,

@@ -1637,12 +1637,13 @@ def listed_levels(levels, num_envs: int, updates_per_chunk: int):
 class CompileWatch:
     """What JAX traces, compiles and loads from the persistent compilation cache: counted from the events its compiler
     records (jax.monitoring), and, while a phase runs, read from where the thread that runs it is in JAX's code
-    (tracing, reading the cache, compiling). The names are jax 0.7's; a test checks them. Programs that compile
-    faster than the cache's threshold (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never
-    cached and not counted."""
+    (tracing, reading the cache, compiling). The names are jax 0.7's and 0.11's (whose jit traces in
+    trace_to_jaxpr_nocache); a test checks them. Programs that compile faster than the cache's threshold
+    (jax_persistent_cache_min_compile_time_secs: eager ops, small jits) are never cached and not counted."""
     SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
              "/jax/core/compile/backend_compile_duration")  # the last one ends every compile, a cache hit's too
     ACTIVITIES = {"trace_to_jaxpr_dynamic": "tracing a program",  # the innermost of these on the stack says it
+                  "trace_to_jaxpr_nocache": "tracing a program",
                   "_cache_read": "loading a program from the compilation cache",
                   "backend_compile_and_load": "compiling a program not in the compilation cache"}
 
@@ -2681,6 +2682,18 @@ def plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+class CheckpointUnpickler(pickle.Unpickler):
+    """Reads a checkpoint written under NumPy 1 or 2 with either: NumPy 2 renamed numpy.core to numpy._core, which
+    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html)."""
+
+    def find_class(self, module: str, name: str):
+        ours = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
+        for alias in ("numpy.core", "numpy._core"):
+            if module == alias or module.startswith(alias + "."):
+                return super().find_class(ours + module[len(alias):], name)
+        return super().find_class(module, name)
+
+
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -2694,7 +2707,7 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
     check(os.path.isfile(path), f"{flag}: no checkpoint at {path}; pass the path of a checkpoints/*.ckpt file")
     try:
         with open(path, "rb") as f:
-            state = pickle.load(f)
+            state = CheckpointUnpickler(f).load()
     except Exception as e:  # a truncated or foreign file
         raise UsageError(f"{flag}: {path} is not a readable checkpoint ({type(e).__name__})")
     check(isinstance(state, dict) and state.get("script") == script,

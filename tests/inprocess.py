@@ -36,12 +36,19 @@ def main_inprocess(module, args, root=None, capture=True):
     return code, out.getvalue(), err.getvalue()
 
 
+def pythonpath(*first) -> str:
+    """PYTHONPATH for a new interpreter: `first`, then this process's own (on a CUDA image without a package index it
+    names the folder of the packages the image lacks, docs/gpu.md#without-a-package-index)."""
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    return os.pathsep.join([*map(str, first), *inherited])
+
+
 def json_on_devices(test_module: str, expression: str, devices: int, timeout: int) -> dict:
     """Evaluate `expression` (names a test module as t) in a new interpreter on `devices` forced CPU devices and
     return the JSON value it prints last: a JAX test's check on more devices than this process has."""
     tests = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(tests), tests]))
+               PYTHONPATH=pythonpath(os.path.dirname(tests), tests))
     code = f"import json, {test_module} as t; print(json.dumps({expression}))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 import tyro  # noqa: E402
 
 from cleanrl_scaling import ppo_ewma_jax2d as m  # noqa: E402
-from inprocess import json_on_devices, main_inprocess  # noqa: E402
+from inprocess import json_on_devices, main_inprocess, pythonpath  # noqa: E402
 
 SCRIPT = str(REPO / "cleanrl_scaling" / "ppo_ewma_jax2d.py")
 BATCH = 8 * 16
@@ -262,7 +262,7 @@ def start_four_device_run(runs_dir):
     """The tiny run in a new interpreter with 4 CPU devices (the device count is fixed when JAX starts). Started
     before the in-process runs so that its compiles overlap theirs on a second core."""
     env = dict(os.environ, XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
-               PYTHONPATH=str(REPO))
+               PYTHONPATH=pythonpath(REPO))
     runs_dir.mkdir(parents=True)
     with open(runs_dir / "stderr.log", "w") as log:  # a file, not a pipe: a full pipe would stall the run until read
         return subprocess.Popen([sys.executable, SCRIPT] + tiny(4) + ["--runs-dir", str(runs_dir / "runs")], env=env,
@@ -549,7 +549,7 @@ def test_clip_coef_zero_is_allowed():
 
 def test_bad_input_exit_2_in_a_fresh_process():
     out = subprocess.run([sys.executable, SCRIPT, "--num-tasks", "0"], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+                         env=dict(os.environ, PYTHONPATH=pythonpath(REPO)))
     assert out.returncode == 2
     assert "--num-tasks" in out.stderr and "Traceback" not in out.stderr
 
@@ -559,7 +559,7 @@ def test_learns_above_random_on_eight_tasks(tmp_path):
     """The docs' learning check (about 10 minutes on 2 CPU cores): PPO on 8 tasks for 60 iterations. Measured on
     these tasks: a near-uniform policy solves 1.6% of episodes; this run's training episodes went from 0.9% solved
     (iterations 1-10) to 13% (iterations 51-60), and the final policy solves 18% sampled and 2 of 8 tasks greedily."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=pythonpath(REPO))
     env["XLA_FLAGS"] = env["XLA_FLAGS"].replace("--xla_backend_optimization_level=0", "").strip()  # full speed
     argv = ["--task-seed", "31", "--num-tasks", "8", "--num-envs", "64", "--num-steps", "128", "--num-minibatches", "8",
             "--update-epochs", "8", "--total-timesteps", str(60 * 64 * 128), "--eval-every", "0",

@@ -9,6 +9,7 @@ minutes) write theirs through their own save path with a placeholder state, whic
 import dataclasses
 import contextlib
 import glob
+import importlib
 import io
 import os
 import pickle
@@ -347,3 +348,42 @@ def test_a_torch_checkpoint_resumed_into_another_network_exits_2(script, checkpo
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
     assert "--resume: the checkpoint holds another network's weights (2 of this network's tensors missing" in lines[0]
     assert open(metrics).read() == before  # the run directory is untouched
+
+
+def numpy_core() -> str:
+    """This NumPy's name for its core package (NumPy 2 renamed numpy.core to numpy._core)."""
+    return "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
+
+
+class OtherNumpyArray:
+    """Pickles as an array written under the other NumPy major version: one that names _frombuffer's module as that
+    version does (numpy._core.numeric under NumPy 2, numpy.core.numeric under NumPy 1)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __reduce__(self):
+        a = self.array
+        frombuffer = importlib.import_module(numpy_core() + ".numeric")._frombuffer
+        return frombuffer, (a.tobytes(), a.dtype, a.shape, "C")
+
+
+def other_numpy_pickle(state: dict) -> bytes:
+    """`state` pickled (protocol 2: module names as plain text lines) as the other NumPy major version writes it."""
+    ours = numpy_core()
+    other = {"numpy.core": "numpy._core", "numpy._core": "numpy.core"}[ours]
+    data = pickle.dumps(state, protocol=2)
+    assert f"c{ours}.numeric\n_frombuffer\n".encode() in data
+    return data.replace(f"c{ours}.numeric\n".encode(), f"c{other}.numeric\n".encode())
+
+
+@pytest.mark.parametrize("script", sorted(MODULES))
+def test_a_checkpoint_written_under_the_other_numpy_major_version_loads(script, tmp_path):
+    """A run's checkpoint moves between machines with NumPy 1 and NumPy 2 (a GPU image's NumPy 2, this pinned set's
+    1.26): NumPy 1.26 has no numpy._core.numeric, so a plain pickle.load fails there."""
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+    path = tmp_path / "latest.ckpt"
+    path.write_bytes(other_numpy_pickle({"script": script, "weights": OtherNumpyArray(weights)}))
+    state = MODULES[script].load_checkpoint(str(path), script, {})
+    np.testing.assert_array_equal(state["weights"], weights)
+    assert state["weights"].dtype == np.float32
