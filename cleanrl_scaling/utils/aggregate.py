@@ -20,6 +20,7 @@ Every command writes PREFIX.png, PREFIX.pdf and PREFIX.csv (table: PREFIX.md and
 CSV's columns: docs/pipeline.md.
 """
 import argparse
+import gzip
 import json
 import math
 import os
@@ -239,10 +240,17 @@ class Run:
         return (int(tail) if tail.isdigit() else 0, os.path.getmtime(self.path))
 
 
+def open_metrics(path: str):
+    """metrics.jsonl, or where only its gzip copy is there (docs/reproducing/runs/ keeps them so), that copy."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        return gzip.open(path + ".gz", "rt")
+    return open(path)
+
+
 def read_metrics(path: str) -> pd.DataFrame:
     rows = []
-    if os.path.exists(path):
-        with open(path) as f:
+    if os.path.exists(path) or os.path.exists(path + ".gz"):
+        with open_metrics(path) as f:
             for line in f:
                 try:
                     rows.append(json.loads(line))
