@@ -984,6 +984,19 @@ def evaluate_and_log(train: Train, args, logger, iteration: int, params) -> dict
     return scalars
 
 
+def peak_device_bytes(devices) -> Optional[int]:
+    """The most memory any of these devices held at once (the allocator's peak_bytes_in_use), or None where the
+    backend keeps no such count (CPU): with XLA_PYTHON_CLIENT_PREALLOCATE=false it measures the run itself
+    (https://docs.jax.dev/en/latest/gpu_memory_allocation.html)."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in devices]
+    peaks = [p for p in peaks if p is not None]
+    return int(max(peaks)) if peaks else None
+
+
+def peak_text(peak: Optional[int]) -> str:
+    return "" if peak is None else f", peak device memory {peak / 2**30:.2f} GiB"
+
+
 def finish_run(train: Train, args, signature: dict, logger, status: str, iteration: int, start_iteration: int,
                clock: ChunkClock, runner: RunnerState) -> None:
     """summary.json; a finished run is also checkpointed, evaluated and (--save-model) saved."""
@@ -1005,8 +1018,10 @@ def finish_run(train: Train, args, signature: dict, logger, status: str, iterati
             atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))
             summary["model_path"] = model_path
             print(f"model saved to {model_path}")
+    summary["peak_device_bytes"] = peak_device_bytes(jax.local_devices())
     logger.close(summary)
-    print(f"SPS: {final_sps:.0f} (with warm-up: {sps_with_warmup:.0f}); run directory: {logger.run_dir}")
+    print(f"SPS: {final_sps:.0f} (with warm-up: {sps_with_warmup:.0f}){peak_text(summary['peak_device_bytes'])}; "
+          f"run directory: {logger.run_dir}")
     if status == "interrupted":
         print(f"interrupted; resume with --resume {os.path.join(logger.run_dir, 'checkpoints', 'latest.ckpt')}")
 

@@ -3,7 +3,8 @@ tests/golden/<script>.json before the script was restructured, so moving code ar
 
 Every float in metrics.jsonl (losses, charts, diagnostics), kl_profile.jsonl and summary.json is compared for
 equality after a JSON round trip (Python writes floats with repr, so equal text means bit-identical float64).
-Only wall-clock fields are dropped (wall_time, SPS; sfl_kinetix_jax's filter_seconds and filter_share). The default
+Only wall-clock fields are dropped (wall_time, SPS; sfl_kinetix_jax's filter_seconds and filter_share), and the JAX
+scripts' peak_device_bytes (a reading of the device, not a computed number). The default
 runs use --no-compile (a compile adds tens of seconds to each run). Measured here: two compiled runs of ppo_atari_envpool in
 separate processes are bit-identical to each other, but differ from the eager run in the last bits (e.g. policy loss
 -0.000474613 vs -0.000474594), so the compiled path has its own golden file, checked by a slow test (pytest -m slow).
@@ -80,8 +81,9 @@ JAX_SCRIPTS = ("ppo_ewma_jax2d", "sfl_kinetix_jax")
 # single-threaded Eigen, and the -O0 of the JAX tests (tests/conftest.py): a third of the default level's compile time
 JAX_ENV = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"}
 COMPILED = {"ppo_atari_envpool": [a for a in RUNS["ppo_atari_envpool"] if a != "--no-compile"]}
-# wall-clock readings (sfl_kinetix_jax times its level filtering); everything else must repeat exactly
-VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share")
+# wall-clock readings (sfl_kinetix_jax times its level filtering) and the JAX scripts' device memory reading (null on
+# CPU, the allocator's peak on a GPU); everything else must repeat exactly
+VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share", "peak_device_bytes")
 SHAPE_ONLY_ELSEWHERE = ("ppo_continuous_mujoco",)  # MuJoCo's physics rounds differently across CPUs
 
 

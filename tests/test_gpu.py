@@ -228,6 +228,7 @@ def test_jax_script_runs_on_the_gpu_backend(script, tmp_path, monkeypatch):
     whole = run(m, t.tiny(4) + flags, tmp_path / "whole")
     config = assert_complete_and_finite(whole, 4, diagnostics)
     assert config["platform"] == "gpu", f"JAX ran on {config['platform']}: install JAX's CUDA plugin (docs/installation.md)"
+    assert json.load(open(os.path.join(whole, "summary.json")))["peak_device_bytes"] > 0  # the GPU allocator's peak
     half = run(m, t.tiny(2) + flags, tmp_path / "half")
     resumed = run(m, t.tiny(4) + flags + ["--resume", os.path.join(half, "checkpoints", "latest.ckpt")],
                   tmp_path / "half")

@@ -53,6 +53,25 @@ TRAINING_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "l
 # ---------------------------------------------------------------------------------------------------------
 # Math
 # ---------------------------------------------------------------------------------------------------------
+
+
+class FakeDevice:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def memory_stats(self):
+        return self.stats
+
+
+def test_peak_device_bytes_is_the_largest_device_peak_or_none():
+    gpus = [FakeDevice({"peak_bytes_in_use": 5, "bytes_in_use": 9}), FakeDevice({"peak_bytes_in_use": 7})]
+    assert m.peak_device_bytes(gpus) == 7
+    assert m.peak_device_bytes([FakeDevice(None), FakeDevice(None)]) is None  # CPU: memory_stats() gives None
+    assert m.peak_device_bytes([FakeDevice({"bytes_in_use": 9})]) is None  # a backend without the peak
+    assert m.peak_device_bytes([FakeDevice(None), FakeDevice({"peak_bytes_in_use": 3})]) == 3
+    assert m.peak_text(None) == "" and "2.00 GiB" in m.peak_text(2 * 2**30)
+
+
 def test_ewma_update_matches_hand_computed_sequence():
     prox = {"w": jnp.array([1.0, -2.0])}
     com = 3.0  # beta = 3/4
@@ -348,6 +367,7 @@ def test_smoke_run_directory(runs):
     assert all(isinstance(x, np.ndarray) for x in ckpt["runner"])
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["status"] == "finished" and 0.0 <= summary["solve_rate"] <= 1.0
+    assert summary["peak_device_bytes"] is None  # CPU devices keep no allocator statistics
 
 
 def test_diagnostics_do_not_change_training(runs):

@@ -58,6 +58,25 @@ def tiny(total_iterations: int, **overrides) -> list:
 # ---------------------------------------------------------------------------------------------------------
 # SFL math
 # ---------------------------------------------------------------------------------------------------------
+
+
+class FakeDevice:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def memory_stats(self):
+        return self.stats
+
+
+def test_peak_device_bytes_is_the_largest_device_peak_or_none():
+    gpus = [FakeDevice({"peak_bytes_in_use": 5, "bytes_in_use": 9}), FakeDevice({"peak_bytes_in_use": 7})]
+    assert m.peak_device_bytes(gpus) == 7
+    assert m.peak_device_bytes([FakeDevice(None), FakeDevice(None)]) is None  # CPU: memory_stats() gives None
+    assert m.peak_device_bytes([FakeDevice({"bytes_in_use": 9})]) is None  # a backend without the peak
+    assert m.peak_device_bytes([FakeDevice(None), FakeDevice({"peak_bytes_in_use": 3})]) == 3
+    assert m.peak_text(None) == "" and "2.00 GiB" in m.peak_text(2 * 2**30)
+
+
 def test_solve_rate_and_learnability_by_hand():
     done = jnp.array([4, 0, 3, 2, 5])
     solved = jnp.array([2, 0, 3, 0, 1])
@@ -1431,6 +1450,7 @@ def test_smoke_run_directory(runs):
     assert ckpt["script"] == "sfl_kinetix_jax" and ckpt["iteration"] == 4
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["status"] == "finished" and 0 <= summary["filter_share"] <= 1
+    assert summary["peak_device_bytes"] is None  # CPU devices keep no allocator statistics
     final = [r for r in metrics if "charts/solve_rate_handmade" in r][-1]
     assert summary["solve_rate_handmade"] == final["charts/solve_rate_handmade"]
     assert sorted(summary["solve_rate_handmade_levels"]) == [n.split("/")[1] for n in m.handmade_level_names("s")]
