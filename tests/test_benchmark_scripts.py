@@ -1,11 +1,12 @@
 """benchmark/*.sh: each Jax2D script's grid, budgets and refusals from its DRY_RUN output, Fig. 3a's
-reloads, one WORKERS default, and the H25 scripts drawing their KL profiles. Every script drawing its figures from run directories is tested in test_ppo_ewma_jax2d.py, whose real
+reloads, one WORKERS default, the H25 scripts drawing their KL profiles, and gpu_jax_check.sh's command lines. Every script drawing its figures from run directories is tested in test_ppo_ewma_jax2d.py, whose real
 tiny run serves as the template (helpers: tests/jax2d_figures.py)."""
 import csv
 import json
 import math
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -873,3 +874,33 @@ def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
     assert set(result["sps_median"]) == {"ours", "ours --async-envs"} and result["x_cleanrl"] is None
     assert all(v > 0 for v in list(result["envpool_steps_per_s"].values()) + list(result["sps_median"].values()))
     assert "of envpool's sync limit" in out.stdout
+
+
+def test_gpu_jax_check_command_lines_pass_the_scripts_checks_and_match_the_1m_preset_per_device(tmp_path):
+    """benchmark/gpu_jax_check.sh's first step, on its own (STEPS=none): the GPU's command lines parse and pass the
+    scripts' checks, and its 8,192-env SFL run holds the 1m preset's values per device of the preset's 128."""
+    from cleanrl_scaling import ppo_ewma_jax2d, sfl_kinetix_jax
+    env = script_env(STEPS="none", JAX_PLATFORMS="cpu")
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_jax_check.sh"), "--cpu-dry-run", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    flags = json.load(open(tmp_path / "gpu_jax_check.json"))["flags"]
+    assert all(isinstance(v, dict) for v in flags.values()), flags
+    assert flags["jax2d_default"]["num_envs"] == flags["jax2d_b26"]["num_envs"] == ppo_ewma_jax2d.Args.num_envs
+    preset, devices = sfl_kinetix_jax.PRESETS["1m"], sfl_kinetix_jax.PRESETS["1m"]["per_device_stats"]
+    per_gpu = flags["sfl_1m_per_gpu"]
+    for name in ("num_envs", "sfl_num_levels", "sfl_buffer_size", "sfl_filter_batch"):
+        assert per_gpu[name] * devices == preset[name], name
+    assert per_gpu["sfl_update_period"] == preset["sfl_update_period"]
+    whole = whole_1m_args()
+    assert per_gpu["num_minibatches"] == whole.num_minibatches and per_gpu["learning_rate"] == whole.learning_rate
+
+
+def whole_1m_args():
+    """sfl_kinetix_jax.py --preset 1m's resolved flags (its hybrid recipe's minibatches and learning rate)."""
+    from cleanrl_scaling import sfl_kinetix_jax
+    argv, sys.argv = sys.argv, [sfl_kinetix_jax.__file__, "--preset", "1m"]
+    try:
+        return sfl_kinetix_jax.read_args()[0]
+    finally:
+        sys.argv = argv
