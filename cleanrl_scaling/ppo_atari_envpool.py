@@ -338,11 +338,13 @@ class NextStep(NamedTuple):
     done: torch.Tensor
     terminated: torch.Tensor
 
-    def select(self, cols: slice) -> "NextStep":
-        return NextStep(*(x[cols] for x in self))
-
 
 ALL_ENVS = slice(None)
+
+
+def envs_of(state: NextStep, cols: slice) -> NextStep:
+    """The NextStep of the envs `cols` (one --async-envs half)."""
+    return NextStep(*(x[cols] for x in state))
 
 
 def act(agent, state, storage, step, cols, ranks) -> np.ndarray:
@@ -392,7 +394,7 @@ def collect_alternating(groups, agent, storage, state, stats, args, device, rank
     actions are split in two."""
     half = storage.obs.shape[1] // 2
     cols = (slice(0, half), slice(half, 2 * half))
-    states, finished = [state.select(c) for c in cols], []
+    states, finished = [envs_of(state, c) for c in cols], []
     for step in range(args.num_steps + 1):
         for g, envs in enumerate(groups):
             if step > 0:  # this group's previous step, which ran while the other group's actions were picked

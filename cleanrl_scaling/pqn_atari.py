@@ -419,11 +419,13 @@ class NextStep(NamedTuple):
     done: torch.Tensor
     terminated: torch.Tensor
 
-    def select(self, cols: slice) -> "NextStep":
-        return NextStep(*(x[cols] for x in self))
-
 
 ALL_ENVS = slice(None)
+
+
+def envs_of(state: NextStep, cols: slice) -> NextStep:
+    """The NextStep of the envs `cols` (one --async-envs half)."""
+    return NextStep(*(x[cols] for x in state))
 
 
 def act(q_network, state, storage, step, cols, epsilon, ranks, evaluator=None, eval_finished=None) -> np.ndarray:
@@ -482,7 +484,7 @@ def collect_alternating(groups, q_network, storage, state, stats, args, device, 
     draws are split in two. The evaluation envs ride with the first half's forward pass, one step per step."""
     half = storage.obs.shape[1] // 2
     cols = (slice(0, half), slice(half, 2 * half))
-    states = [state.select(c) for c in cols]
+    states = [envs_of(state, c) for c in cols]
     for step in range(args.num_steps + 1):
         for g, envs in enumerate(groups):
             if step > 0:  # this group's previous step, which ran while the other group's actions were picked
