@@ -58,23 +58,7 @@ def tiny(total_iterations: int, **overrides) -> list:
 # ---------------------------------------------------------------------------------------------------------
 # SFL math
 # ---------------------------------------------------------------------------------------------------------
-
-
-class FakeDevice:
-    def __init__(self, stats):
-        self.stats = stats
-
-    def memory_stats(self):
-        return self.stats
-
-
-def test_peak_device_bytes_is_the_largest_device_peak_or_none():
-    gpus = [FakeDevice({"peak_bytes_in_use": 5, "bytes_in_use": 9}), FakeDevice({"peak_bytes_in_use": 7})]
-    assert m.peak_device_bytes(gpus) == 7
-    assert m.peak_device_bytes([FakeDevice(None), FakeDevice(None)]) is None  # CPU: memory_stats() gives None
-    assert m.peak_device_bytes([FakeDevice({"bytes_in_use": 9})]) is None  # a backend without the peak
-    assert m.peak_device_bytes([FakeDevice(None), FakeDevice({"peak_bytes_in_use": 3})]) == 3
-    assert m.peak_text(None) == "" and "2.00 GiB" in m.peak_text(2 * 2**30)
+# (peak_device_bytes: tests/test_ppo_ewma_jax2d.py; the copies agree: tests/test_shared_blocks.py)
 
 
 def test_solve_rate_and_learnability_by_hand():

@@ -78,5 +78,23 @@ def test_the_two_jax_scripts_copies_of_the_ppo_ewma_math_agree():
     # not UpdateCarry: sfl_kinetix_jax's training chunk carries no probe (None; only its separate diagnostics pass
     # does), ppo_ewma_jax2d's still carries one behind lax.cond
     for name in ("decoupled_pg_loss", "ewma_update", "log_prob", "entropy", "log_softmax64", "flat_params",
-                 "diagnostic_states", "restore_runner", "tree_select", "action_layout", "MLP"):
+                 "diagnostic_states", "restore_runner", "tree_select", "action_layout", "MLP",
+                 "peak_device_bytes", "peak_text"):
         assert sfl[name] == ewma[name], f"{name} differs between sfl_kinetix_jax.py and ppo_ewma_jax2d.py"
+
+
+def test_the_two_atari_scripts_copies_of_the_envs_and_the_rollout_steps_agree():
+    """ppo_atari_envpool.py and pqn_atari.py each carry the envpool set-up and the rollout's bookkeeping, --async-envs'
+    halves included, outside the shared blocks (they sit beside the algorithm); the copies must stay the same code."""
+    import ast
+
+    def top_level(path):
+        source = open(path).read()
+        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
+                if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+    ppo = top_level(os.path.join(ROOT, "cleanrl_scaling", "ppo_atari_envpool.py"))
+    pqn = top_level(os.path.join(ROOT, "cleanrl_scaling", "pqn_atari.py"))
+    for name in ("import_envpool", "make_envs", "make_env_groups", "EpisodeStats", "store_frames", "envs_of",
+                 "observe"):
+        assert ppo[name] == pqn[name], f"{name} differs between ppo_atari_envpool.py and pqn_atari.py"
