@@ -83,14 +83,17 @@ def marginal_sps(points):
     return (s1 - s0) / (t1 - t0)
 
 
-def our_run(script: str, flags: list) -> tuple:
-    """One of our training scripts with `flags`, into a temporary runs directory, under /usr/bin/time -v: the
-    (wall_time, global_step) of every logged SPS row, and the peak RSS in MiB."""
+def our_run(script: str, flags: list, rss: bool = True) -> tuple:
+    """One of our training scripts with `flags`, into a temporary runs directory, under /usr/bin/time -v unless not
+    `rss` (a machine without GNU time): the (wall_time, global_step) of every logged SPS row, and the peak RSS in MiB
+    (None without rss)."""
     with tempfile.TemporaryDirectory() as runs:
-        out = run_checked(TIME_V + [sys.executable, script, "--runs-dir", runs, "--progress", "none"] + flags)
+        out = run_checked((TIME_V if rss else []) + [sys.executable, script, "--runs-dir", runs, "--progress", "none"]
+                          + flags)
         run_dir = os.path.join(runs, os.listdir(runs)[0])
         rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-        return [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r], peak_rss_mib(out.stderr)
+        points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
+        return points, peak_rss_mib(out.stderr) if rss else None
 
 
 def cleanrl_points(stdout: str, batch: int) -> list:
@@ -123,13 +126,15 @@ def patched_cleanrl(checkout: str, script: str, directory: str) -> str:
     return path
 
 
-def run_cleanrl_atari(checkout: str, script: str, iterations: int, batch: int = 8 * 128) -> tuple:
-    """CleanRL's patched Atari script at its defaults (8 envs x 128 steps) for `iterations`: marginal SPS and peak
-    RSS in MiB."""
+def run_cleanrl_atari(checkout: str, script: str, iterations: int, batch: int = 8 * 128, flags: tuple = (),
+                      rss: bool = True) -> tuple:
+    """CleanRL's patched Atari script with `flags` (its defaults: 8 envs x 128 steps; `batch` = envs x steps) for
+    `iterations`: marginal SPS and peak RSS in MiB (None without rss, as in our_run)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = patched_cleanrl(checkout, script, tmp)
-        out = run_checked(TIME_V + [sys.executable, path, "--total-timesteps", str(iterations * batch)], cwd=tmp)
-        return marginal_sps(cleanrl_points(out.stdout, batch)), peak_rss_mib(out.stderr)
+        out = run_checked((TIME_V if rss else []) + [sys.executable, path, "--total-timesteps", str(iterations * batch)]
+                          + list(flags), cwd=tmp)
+        return marginal_sps(cleanrl_points(out.stdout, batch)), peak_rss_mib(out.stderr) if rss else None
 
 
 # ---------------------------------------------------------------------------------------------------------

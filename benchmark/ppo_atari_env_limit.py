@@ -24,9 +24,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -34,8 +32,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from _throughput_common import (check_cleanrl_checkout, check_repeats, cleanrl_points, int_list,  # noqa: E402
-                                marginal_sps, patched_cleanrl, refuse)
+from _throughput_common import (check_cleanrl_checkout, check_repeats, int_list, marginal_sps,  # noqa: E402
+                                our_run, refuse, run_cleanrl_atari)
 
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 CLEANRL_SCRIPT = "ppo_atari_envpool.py"  # CleanRL's, in cleanrl/ of its checkout
@@ -116,40 +114,22 @@ def halves_rate(num_envs: int, seconds: float) -> float:
 # ---------------------------------------------------------------------------------------------------------
 # The training programs
 # ---------------------------------------------------------------------------------------------------------
-def run_program(cmd: list, cwd: str) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed:\n{out.stderr[-2000:]}")
-    return out
-
-
-def ours(flags: list, iterations: int, batch: int, device_flags: list) -> float:
-    """Marginal SPS of ppo_atari_envpool.py with `flags` over `iterations` iterations of `batch` steps."""
-    with tempfile.TemporaryDirectory() as runs:
-        run_program([sys.executable, SCRIPT, "--runs-dir", runs, "--progress", "none", "--diagnostics-every", "0",
-                     "--total-timesteps", str(iterations * batch)] + device_flags + flags, cwd=runs)
-        (name,) = os.listdir(runs)
-        rows = [json.loads(line) for line in open(os.path.join(runs, name, "metrics.jsonl"))]
-        return marginal_sps([(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r])
-
-
-def cleanrl(checkout: str, flags: list, iterations: int, batch: int, device_flags: list) -> float:
-    """Marginal SPS of CleanRL's script (patched for envpool 1.x only) from the cumulative SPS lines it prints."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = patched_cleanrl(checkout, CLEANRL_SCRIPT, tmp)
-        out = run_program([sys.executable, path, "--total-timesteps", str(iterations * batch)] + device_flags + flags,
-                          cwd=tmp)
-        return marginal_sps(cleanrl_points(out.stdout, batch))
+def ours(flags: list, iterations: int, batch: int) -> float:
+    """Marginal SPS of ppo_atari_envpool.py with `flags` over `iterations` iterations of `batch` steps (no GNU time:
+    a GPU image may lack it)."""
+    points, _ = our_run(SCRIPT, ["--diagnostics-every", "0", "--total-timesteps", str(iterations * batch)] + flags,
+                        rss=False)
+    return marginal_sps(points)
 
 
 def programs(num_envs: int, num_steps: int, opts) -> dict:
     """name -> f(iterations) giving its marginal SPS at num_envs x num_steps."""
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
     dry = ["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []
-    found = {"ours": lambda k: ours(size, k, batch, dry),
-             "ours --async-envs": lambda k: ours(size + ["--async-envs"], k, batch, dry)}
-    if opts.cleanrl:
-        found["CleanRL"] = lambda k: cleanrl(opts.cleanrl, size, k, batch, [])  # CUDA where torch sees it
+    found = {"ours": lambda k: ours(size + dry, k, batch),
+             "ours --async-envs": lambda k: ours(size + dry + ["--async-envs"], k, batch)}
+    if opts.cleanrl:  # CUDA where torch sees it
+        found["CleanRL"] = lambda k: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size, rss=False)[0]
     return found
 
 
