@@ -18,12 +18,19 @@
 #   lies above 0, "worse" when the interval lies below 0, else "not separated". Verdict: yes = 4x N and 16x N both
 #   better; partly = one of them better; no (contradicts M25) = neither better and at least one worse; no (not
 #   shown at this budget) = both not separated.
-RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig1a}
+#   EVAL=1 (SCALE=laptop; added after the runs, 2026-11-29): the same 9 runs again, into runs/mayor2025_fig1a_eval,
+#   with --save-model --eval-episodes 30: each final policy plays 30 full games on env seed = seed + 10,000, the
+#   same games for every arm of a seed, and the rule's test is applied to those games (eval/episodic_return) beside
+#   the training final. The page reports it as added after the runs, not as a pre-set verdict, and says per run
+#   whether its training repeated the archived run's (same seeds and flags; the logged returns compared).
+[[ -n "${EVAL:-}" && "${SCALE:-paper}" != laptop ]] && { echo "error: EVAL=1 applies to SCALE=laptop only" >&2; exit 2; }
+RUNS_DIR=${RUNS_DIR:-runs/mayor2025_fig1a${EVAL:+_eval}}
 SETTINGS=(--flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 16 --num-steps 64"
           --flag-set "--num-envs 32 --num-steps 32")
 if [[ "${SCALE:-paper}" == laptop ]]; then
   GAMES=${GAMES:-KungFuMaster-v5}; SEEDS=${SEEDS:-1 2 3}; TOTAL=${TOTAL:-1000000}
   CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-100}; LAPTOP_FLAGS=(--diagnostics-every 10)
+  [[ -n "${EVAL:-}" ]] && LAPTOP_FLAGS+=(--save-model --eval-episodes 30)
   SETTINGS=(--flag-set "--num-envs 8 --num-steps 128" --flag-set "--num-envs 32 --num-steps 32"
             --flag-set "--num-envs 128 --num-steps 8")
 fi
@@ -37,7 +44,11 @@ figure fig1a "num_envs num_steps" "N={num_envs} T={num_steps}"
   --title "M25 Fig. 1a (laptop): KungFuMaster, N x T = 1024" --out "$OUT_DIR/mayor2025_fig1a_curves"
 "$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" \
   --arm "32x32 (4x N): num_envs=32 num_steps=32" --arm "128x8 (16x N): num_envs=128 num_steps=8" \
-  --out "$OUT_DIR/mayor2025_fig1a_rule"
+  --out "$OUT_DIR/mayor2025_fig1a_rule${EVAL:+_training}"
+[[ -n "${EVAL:-}" ]] || exit 0
+"$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" \
+  --arm "32x32 (4x N): num_envs=32 num_steps=32" --arm "128x8 (16x N): num_envs=128 num_steps=8" \
+  --metric eval/episodic_return --out "$OUT_DIR/mayor2025_fig1a_rule_eval"
 # Post hoc, added after the runs (not part of the rule above): M25 Figs. 3-4's network metrics of these runs at equal
 # samples, updates, minibatch and learning-rate schedule (N x T = 1024 in every arm), each arm against 8x128 in M25's
 # direction, with the same test (mayor2025_fig1b.sh applies it to the batch x4 arms).

@@ -455,6 +455,32 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "NAME" in bad.stderr
 
 
+def test_m25_fig1a_eval_reruns_save_and_evaluate_the_final_policies(tmp_path):
+    """EVAL=1 runs the 9 laptop runs again into their own folder with --save-model --eval-episodes 30, and the rule
+    reads eval/episodic_return: the 30 games of the final policy, all logged at the last step (mean 20 and 40)."""
+    out = dry_run("mayor2025_fig1a", SCALE="laptop", EVAL="1")
+    assert out.returncode == 0, out.stderr
+    runs = [parse_flags(c) for c in commands(out.stdout)]
+    assert len(runs) == 9 and all(r["save_model"] and r["eval_episodes"] == "30" for r in runs)
+    assert {r["runs_dir"] for r in runs} == {"runs/mayor2025_fig1a_eval"}
+    refused = dry_run("mayor2025_fig1a", EVAL="1")  # the paper's grid has no evaluation reruns
+    assert refused.returncode == 2 and "SCALE=laptop only" in refused.stderr
+    for (n, t), mean in {(8, 128): 20, (32, 32): 40}.items():
+        for seed in (1, 2, 3):
+            rows = [{"global_step": 1000, "charts/episodic_return": 1e6}]  # the training final: not read here
+            rows += [{"global_step": 1000, "eval/episodic_return": mean + seed + d} for d in (-5, 5)]
+            write_finished(tmp_path / "r" / f"KungFuMaster-v5__ppo__{seed}__{n}x{t}",
+                           {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed,
+                                                                    "num_envs": n, "num_steps": t}}, rows)
+    rule = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
+                           "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
+                           "--metric", "eval/episodic_return", "--out", str(tmp_path / "t")],
+                          capture_output=True, text=True, timeout=120)
+    assert rule.returncode == 0, rule.stderr
+    table = {r["arm"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
+    assert float(table["base"]["seed 2"]) == 22 and math.isclose(float(table["4x"]["D vs base"]), 20)
+
+
 def test_m25_fig1_rule_prints_returns_with_thousands_separators(tmp_path):
     """The pages paste the rule's markdown: returns of 1,000 and more print as 11,158 (not 1.116e+04), signed in
     the interval; base mean (9,275 + 10,712 + 11,158) / 3 = 10,381.7 and D = 21,000 - 10,381.7 = 10,618.3."""

@@ -674,6 +674,12 @@ def test_the_first_chunks_sps_leaves_out_its_compiling(monkeypatch):
     assert clock.tick(1, chunk_start=165.0) == pytest.approx(64 / 10.0)  # later: from the first chunk's end on
     now[0] = 175.0
     assert clock.tick(1, chunk_start=171.0) == pytest.approx(128 / 15.0)
+    # a later chunk that compiles (the first 2-update chunk's level programs, 180-186) is timed without it: 192 steps
+    # over 175 - 160 + 30 - 6 = 39 s; so is the summary's SPS
+    watch.span(m.CompileWatch.SPANS[2], 180.0, 186.0)
+    now[0] = 205.0
+    assert clock.tick(1, chunk_start=176.0) == pytest.approx(192 / 39.0)
+    assert clock.final_sps(256)[0] == pytest.approx(192 / 39.0)
 
 
 PHASE_CHECK = """

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import sys
 
 import numpy as np
@@ -326,3 +327,163 @@ def test_peak_rss_is_read_from_gnu_time():
     assert common.peak_rss_kib("no time -v here") is None
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a failed run: the end of its stderr
         common.run_checked([sys.executable, "-c", "1 / 0"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# beukman2026_fig13_jax2d_gpu.py and beukman2026_fig16a_gpu.py: their pre-set rules on made-up measurements
+# ---------------------------------------------------------------------------------------------------------
+def fig13_results(groups):
+    """groups: {N: (env SPS, {arm: rounds})}; 2048 is the base."""
+    return {"base_num_envs": 2048, "groups": [
+        {"num_envs": n, "env_sps": [env], "arms": {name: {"sps": rounds} for name, rounds in arms.items()}}
+        for n, (env, arms) in groups.items()]}
+
+
+BASE_2048 = {2048: (300.0, {"base": [100.0, 100.0, 100.0]})}
+
+
+@pytest.mark.parametrize("arms, env, said", [
+    # spread 110 / 100 = 1.10 <= 1.25, env share 100 / 150 = 0.67 >= 0.5: marginal, in scope
+    ({"more-minibatches": [100, 98, 102], "larger-minibatches": [110, 111, 109], "sqrt-lr": [108, 110, 107]}, 150.0, "yes"),
+    # spread 140 / 100 = 1.40, rounds apart (139 > 102): contradicts inside the scope
+    ({"more-minibatches": [100, 98, 102], "larger-minibatches": [140, 139, 141]}, 150.0, "no"),
+    # spread 1.30 but the rounds overlap (95..160 against 98..102)
+    ({"more-minibatches": [100, 98, 102], "larger-minibatches": [130, 95, 160]}, 150.0, "not separated"),
+    # env share 100 / 250 = 0.40 < 0.5: not sample-bound, the claim's scope is not reached
+    ({"more-minibatches": [100, 98, 102], "larger-minibatches": [140, 139, 141]}, 250.0, "not testable at this setting"),
+    # spread exactly 1.25 is still marginal (<=)
+    ({"more-minibatches": [100, 100, 100], "larger-minibatches": [125, 125, 125]}, 150.0, "yes"),
+])
+def test_fig13_gpu_rule_by_hand(arms, env, said):
+    fig13 = load("beukman2026_fig13_jax2d_gpu")
+    verdict, rows = fig13.verdict(fig13_results({**BASE_2048, 8192: (env, arms)}))
+    assert verdict == said
+    row = rows[1]
+    assert row["deciding"] and math.isclose(row["env_share"], statistics.median(arms["more-minibatches"]) / env)
+
+
+def test_fig13_gpu_rule_lets_only_n_of_4x_the_base_decide():
+    """4096 (2x the base) with a 2x spread does not decide; 8192 (4x) with 1.1 does: yes."""
+    fig13 = load("beukman2026_fig13_jax2d_gpu")
+    far = {"more-minibatches": [100, 100, 100], "larger-minibatches": [200, 200, 200]}
+    near = {"more-minibatches": [100, 100, 100], "larger-minibatches": [110, 110, 110]}
+    verdict, rows = fig13.verdict(fig13_results({**BASE_2048, 4096: (150.0, far), 8192: (150.0, near)}))
+    assert verdict == "yes" and [r["deciding"] for r in rows] == [False, False, True]
+    verdict, _ = fig13.verdict(fig13_results({**BASE_2048, 4096: (150.0, far)}))
+    assert verdict == "not testable at this setting"  # nothing decides
+    # an arm that never ran (the deadline) is left out of the spread, not read as 0 SPS
+    skipped = {"more-minibatches": [100, 100, 100], "larger-minibatches": [110, 110, 110], "sqrt-lr": []}
+    assert fig13.verdict(fig13_results({**BASE_2048, 8192: (150.0, skipped)}))[0] == "yes"
+
+
+def test_fig13_gpu_rule_prints_a_table_and_the_out_of_scope_ratio(tmp_path, capsys):
+    fig13 = load("beukman2026_fig13_jax2d_gpu")
+    results = fig13_results({**BASE_2048, 8192: (400.0, {"more-minibatches": [100, 100, 100],
+                                                          "larger-minibatches": [180, 181, 179]})})
+    path = tmp_path / "fig13.json"
+    path.write_text(json.dumps({**results, "machine": {"gpu": "H200"}, "date_utc": "2026-11-29 06:00"}))
+    fig13.print_rule(str(path))
+    out = capsys.readouterr().out
+    assert "verdict: not testable at this setting" in out
+    assert "larger-minibatches / more-minibatches = 1.80" in out and "| 8192 | larger-minibatches | 180 |" in out
+    fig13.draw(str(path), str(tmp_path / "fig13.png"))
+    assert (tmp_path / "fig13.png").stat().st_size > 10_000
+
+
+def test_fig16a_gpu_rule_prints_every_run_and_draws_a_run_without_sps(tmp_path, capsys):
+    fig16a = load("beukman2026_fig16a_gpu")
+    runs = {1024: {"steady_SPS": 3000, "SPS": 3100, "chunk_sps": [2950, 3050], "minibatch_size": 2048, "filter_share": 0.4,
+                   "status": "finished"},
+            8192: {"steady_SPS": 1000, "SPS": 1000, "chunk_sps": [990, 1010], "minibatch_size": 256, "status": "finished"},
+            32: {"SPS": None, "status": "out of memory"}}
+    path = tmp_path / "fig16a.json"
+    path.write_text(json.dumps({**fig16a_results(runs), "machine": {"gpu": "H200"}, "date_utc": "2026-11-29 06:00",
+                                "setting": "--num-envs 8192"}))
+    fig16a.print_rule(str(path))
+    out = capsys.readouterr().out
+    assert "r = steady SPS(1024) / steady SPS(8192) = 3.00 (chunks: 2.92 to 3.08); verdict: yes" in out
+    assert "| 1024 | 2,048 | 3,000 | 2,950, 3,050 | 3,100 | - | 0.40 |" in out
+    assert "| 32 | - | - | - | - | - | - | - | - | - | out of memory |" in out
+    fig16a.draw(str(path), str(tmp_path / "fig16a.png"))
+    assert (tmp_path / "fig16a.png").stat().st_size > 10_000
+
+
+def fig16a_results(runs):
+    return {"runs": {str(k): v for k, v in runs.items()}}
+
+
+@pytest.mark.parametrize("fast, slow, said", [
+    (3000, 1500, "yes"),  # r = 2.0
+    (1500, 1000, "yes"),  # r = 1.5 exactly is substantial
+    (1300, 1000, "partly"),
+    (1100, 1000, "no"),
+])
+def test_fig16a_gpu_rule_thresholds(fast, slow, said):
+    fig16a = load("beukman2026_fig16a_gpu")
+    out = fig16a.verdict(fig16a_results({1024: {"steady_SPS": fast}, 8192: {"steady_SPS": slow}, 32: {"SPS": None}}))
+    assert out["verdict"] == said and math.isclose(out["r"], fast / slow)
+
+
+def test_fig16a_gpu_rule_noise_and_missing_runs():
+    fig16a = load("beukman2026_fig16a_gpu")
+    # r = 1.6, but the chunks span 1500/1100 = 1.36 to 1700/900 = 1.89: partly to yes
+    crossing = fig16a.verdict(fig16a_results({1024: {"steady_SPS": 1600, "chunk_sps": [1500, 1700]},
+                                              8192: {"steady_SPS": 1000, "chunk_sps": [900, 1100]}}))
+    assert crossing["verdict"] == "not separated (partly to yes)"
+    assert np.allclose(crossing["r_range"], (1500 / 1100, 1700 / 900))
+    tight = fig16a.verdict(fig16a_results({1024: {"steady_SPS": 2000, "chunk_sps": [1990, 2010]},
+                                           8192: {"steady_SPS": 1000, "chunk_sps": [995, 1005]}}))
+    assert tight["verdict"] == "yes"
+    oom = fig16a.verdict(fig16a_results({1024: {"SPS": 2000}, 8192: {"SPS": None, "status": "out of memory"}}))
+    assert oom["verdict"] == "no verdict: no SPS at 8192 minibatches" and oom["r"] is None
+    # 8192 timed no whole scoring period in its limit: its first chunk's own rate stands in, and is named
+    slow = fig16a.verdict(fig16a_results({1024: {"steady_SPS": 2000}, 8192: {"SPS": None, "first_chunk_sps": 500}}))
+    assert slow["verdict"] == "yes" and slow["r"] == 4.0 and slow["stand_in"] == [8192]
+    # the steady rate wins over the summary SPS, which holds the shorter chunk without a scoring round
+    both = fig16a.verdict(fig16a_results({1024: {"steady_SPS": 1300, "SPS": 2600}, 8192: {"steady_SPS": 1000, "SPS": 1000}}))
+    assert both["verdict"] == "partly" and both["stand_in"] == []
+
+
+def test_fig16a_steady_rate_from_the_scripts_cumulative_sps_rows():
+    """The script's chunks at T = 2, updates of 1000 steps: [1] untimed (its own 50 SPS), [2] alone (no scoring
+    round: 1000 steps in 2 s, cumulative 500), [3, 4] after a round (2000 steps in 20 s: cumulative 3000/22), [5, 6]
+    (2000 steps in 30 s: cumulative 5000/52). The steady rate is over the two whole periods: 4000 / 50 = 80."""
+    fig16a = load("beukman2026_fig16a_gpu")
+    rows = [{"global_step": 1000, "charts/SPS": 50.0},
+            {"global_step": 1000, "charts/episodic_return": 1.0},  # an episode row: no SPS
+            {"global_step": 2000, "charts/SPS": 500.0},
+            {"global_step": 2000, "sfl/filter_seconds": 9.0},
+            {"global_step": 3000, "charts/SPS": 3000 / 22}, {"global_step": 4000, "charts/SPS": 3000 / 22},
+            {"global_step": 5000, "charts/SPS": 5000 / 52}, {"global_step": 6000, "charts/SPS": 5000 / 52}]
+    chunks = fig16a.timed_chunks(rows)
+    assert np.allclose(chunks, [(1000, 2), (2000, 20), (2000, 30)])
+    steady, per_chunk = fig16a.steady_rate(chunks, 2000)
+    assert math.isclose(steady, 80.0) and np.allclose(per_chunk, [100.0, 2000 / 30])
+    assert fig16a.timed_chunks(rows[:2]) == []  # the first chunk alone: nothing timed
+    assert fig16a.steady_rate(chunks[:1], 2000) == (None, [])  # no whole period
+
+
+def test_fig16a_reads_the_per_gpu_shapes_from_their_one_copy():
+    """SFL_1M_PER_GPU and SFL_TINY come from gpu_jax_check.sh (the 1m preset per device: 8,192 envs, 1,024
+    minibatches), so the figure and the GPU check cannot drift apart."""
+    fig16a = load("beukman2026_fig16a_gpu")
+    per_gpu = fig16a.bash_string("SFL_1M_PER_GPU")
+    assert per_gpu[per_gpu.index("--num-envs") + 1] == "8192"
+    assert per_gpu[per_gpu.index("--num-minibatches") + 1] == "1024"
+    assert "--network" in fig16a.bash_string("SFL_TINY")
+
+
+@pytest.mark.parametrize("script, flags, words", [
+    ("beukman2026_fig16a_gpu", ["--out", "x", "--updates", "5"], "--updates must be even"),
+    ("beukman2026_fig16a_gpu", ["--rule", "no_such.json"], "no such file"),
+    ("beukman2026_fig16a_gpu", [], "pass --out"),
+    ("beukman2026_fig13_jax2d_gpu", ["--rule", "no_such.json"], "no such file"),
+    ("beukman2026_fig13_jax2d_gpu", ["--out", "x", "--rounds", "0"], "--rounds must be >= 1"),
+    ("beukman2026_fig13_jax2d_gpu", ["--out", "x", "--num-envs", "4096"], "must include the base 2048"),
+])
+def test_gpu_figure_benchmarks_refuse_bad_options_in_one_line(script, flags, words, tmp_path):
+    import subprocess
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", f"{script}.py"), *flags],
+                          capture_output=True, text=True, cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and words in err[0], proc.stderr
