@@ -42,6 +42,28 @@ def int_list(flag: str, text: str, example: str) -> list:
         refuse(f"{flag} {text!r}: pass comma-separated integers, e.g. {example}")
 
 
+def judged(opts, print_rule, draw, out_example: str) -> bool:
+    """--rule JSON [--png PNG]: a figure script's pre-set rule (and its figure) applied to a measurement already
+    made, and True; otherwise False, and --out must be given (a refusal names OUT_EXAMPLE)."""
+    if opts.rule:
+        if not os.path.isfile(opts.rule):
+            refuse(f"--rule {opts.rule}: no such file; pass a JSON this script wrote")
+        print_rule(opts.rule)
+        if opts.png:
+            draw(opts.rule, opts.png)
+        return True
+    if not opts.out:
+        refuse(f"pass --out {out_example} (or --rule with the JSON it writes, to judge a measurement)")
+    return False
+
+
+def jax_on_cpu_at_o0():
+    """A GPU script's CPU dry run: JAX on the CPU at XLA's -O0, the level the JAX tests compile at (a third of the
+    default level's compile time); set before JAX is imported."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
+
 def check_cleanrl_checkout(checkout, script: str):
     """--cleanrl, when given, must be a CleanRL checkout holding cleanrl/SCRIPT."""
     if checkout and not os.path.isfile(os.path.join(checkout, "cleanrl", script)):

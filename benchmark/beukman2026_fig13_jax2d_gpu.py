@@ -44,7 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
-from _throughput_common import refuse  # noqa: E402
+from _throughput_common import jax_on_cpu_at_o0, judged, refuse  # noqa: E402
 
 RECIPES = ("more-minibatches", "larger-minibatches", "sqrt-lr")
 MARGINAL = 1.25  # the rule's spread
@@ -264,18 +264,12 @@ def main():
     parser.add_argument("--cpu-dry-run", action="store_true",
                         help="tiny sizes on CPU at XLA -O0, the deadline x 8; numbers mean nothing")
     opts = parser.parse_args()
-    if opts.rule:
-        if not os.path.isfile(opts.rule):
-            refuse(f"--rule {opts.rule}: no such file; pass a JSON this script wrote")
-        print_rule(opts.rule)
-        return draw(opts.rule, opts.png) if opts.png else None
-    if not opts.out:
-        refuse("pass --out OUT.json (or --rule OUT.json to judge a measurement)")
+    if judged(opts, print_rule, draw, "OUT.json"):
+        return
     extra = {}
     if opts.cpu_dry_run:  # CPU compiles take minutes: the deadline x 8, as gpu_jax_check.sh's dry run
         opts.deadline_s *= 8
-        os.environ["JAX_PLATFORMS"] = "cpu"
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+        jax_on_cpu_at_o0()
         extra = dict(num_tasks=8, num_steps=16, num_minibatches=2, update_epochs=2, hidden_size=32)
         if opts.num_envs == parser.get_default("num_envs"):
             opts.num_envs, opts.base = [8, 32, 16], 8

@@ -51,7 +51,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT]
-from _throughput_common import refuse  # noqa: E402
+from _throughput_common import jax_on_cpu_at_o0, judged, refuse  # noqa: E402
 
 SUBSTANTIAL, SOME = 1.5, 1.2  # the rule's thresholds on r
 DECIDING = (1024, 8192)
@@ -308,20 +308,14 @@ def main():
                         help="the tests' tiny SFL flags on CPU at XLA -O0, the limits x 8")
     opts = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the run under way is stopped too
-    if opts.rule:
-        if not os.path.isfile(opts.rule):
-            refuse(f"--rule {opts.rule}: no such file; pass the fig16a.json this script wrote")
-        print_rule(opts.rule)
-        return draw(opts.rule, opts.png) if opts.png else None
-    if not opts.out:
-        refuse("pass --out OUT_DIR (or --rule OUT_DIR/fig16a.json to judge a measurement)")
+    if judged(opts, print_rule, draw, "OUT_DIR"):
+        return
     if opts.updates < 4 or opts.updates % 2:
         refuse(f"--updates must be even and >= 4 (got {opts.updates}): chunks of 2, the first not timed")
     flags = bash_string("SFL_1M_PER_GPU") + ["--diagnostics-every", "0"]  # B26 timed training, not probes
     if opts.cpu_dry_run:  # CPU compiles take minutes: the limits x 8, as gpu_jax_check.sh's dry run
         opts.deadline_s, opts.run_limit_s = 8 * opts.deadline_s, 8 * opts.run_limit_s
-        os.environ["JAX_PLATFORMS"] = "cpu"
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+        jax_on_cpu_at_o0()
         flags += bash_string("SFL_TINY")
         if opts.minibatches == parser.get_default("minibatches"):
             opts.minibatches = [2, 4]  # the tiny run has 4 envs; a minibatch holds whole trajectories

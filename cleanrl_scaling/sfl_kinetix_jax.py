@@ -2065,14 +2065,13 @@ def next_stop(iteration: int, args, first: bool = False) -> int:
 
 class ChunkClock:
     """SPS from the end of the first chunk on (that chunk compiles), and the first chunk's own SPS, both without the
-    time spent tracing and compiling (the first 2-update chunk and the first scoring round after a resume compile
-    programs of their own); the run's active wall time across resumes; the seconds spent refreshing the buffer."""
+    time spent tracing and compiling (the first chunk of --updates-per-chunk updates compiles level programs of its
+    own); the run's active wall time across resumes; the seconds spent refreshing the buffer."""
 
     def __init__(self, batch_size: int, wall_offset: float, filter_seconds: float, compiles=None):
         self.batch_size, self.wall_offset, self.filter_seconds = batch_size, wall_offset, filter_seconds
         self.compiles = compiles or COMPILES  # a CompileWatch
         self.start, self.timed_from, self.timed_steps = time.time(), None, 0
-        self.compiling = 0.0  # seconds of compiling since timed_from
 
     def tick(self, updates: int, chunk_start: float) -> float:
         """The SPS to log for a chunk of `updates` that began at chunk_start."""
@@ -2086,8 +2085,7 @@ class ChunkClock:
 
     def timed_seconds(self, now: float) -> float:
         """Seconds since the first chunk's end, less those spent compiling since then (scoring rounds included)."""
-        self.compiling = self.compiles.seconds_between(self.timed_from, now)
-        return max(now - self.timed_from - self.compiling, 1e-9)
+        return max(now - self.timed_from - self.compiles.seconds_between(self.timed_from, now), 1e-9)
 
     def wall_time(self) -> float:
         return self.wall_offset + time.time() - self.start

@@ -414,6 +414,19 @@ def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
     assert "| sfl | 2 | finished | 0.30 0.35 0.70 | 0.10 -> 0.10 | 0.75 | 0.200 | 0.25 | 900 | 2.0 |" in table.stdout
 
 
+def fig1_rule(runs_dir, *flags):
+    """benchmark/mayor2025_fig1_rule.py RUNS_DIR FLAGS..., its output captured."""
+    return subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(runs_dir), *flags],
+                          capture_output=True, text=True, timeout=120)
+
+
+def kungfu_run(root, seed: int, n: int, t: int, rows):
+    """A finished KungFuMaster-v5 run of ppo_atari_envpool at N = n, T = t logging `rows`."""
+    write_finished(root / f"KungFuMaster-v5__ppo__{seed}__{n}x{t}",
+                   {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed,
+                                                            "num_envs": n, "num_steps": t}}, rows)
+
+
 def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     """M25 Fig. 1a at laptop scale is KungFuMaster, 3 seeds, 1M steps, N x T = 1024 three ways; the rule script
     judges finished runs by the header's rule (values worked out by hand below)."""
@@ -431,13 +444,9 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
         for seed, v in enumerate(values, 1):
             rows = [{"global_step": 100, "charts/episodic_return": -1e6},  # outside the last 10%: ignored
                     {"global_step": 950, "charts/episodic_return": v - 4}, {"global_step": 1000, "charts/episodic_return": v + 4}]
-            write_finished(tmp_path / "r" / f"KungFuMaster-v5__ppo__{seed}__{n}x{t}",
-                           {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed,
-                                                                    "num_envs": n, "num_steps": t}}, rows)
-    rule = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
-                           "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
-                           "--arm", "16x: num_envs=128 num_steps=8", "--out", str(tmp_path / "t")],
-                          capture_output=True, text=True, timeout=120)
+            kungfu_run(tmp_path / "r", seed, n, t, rows)
+    rule = fig1_rule(tmp_path / "r", "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
+                     "--arm", "16x: num_envs=128 num_steps=8", "--out", tmp_path / "t")
     assert rule.returncode == 0, rule.stderr
     table = {r["arm"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
     assert float(table["base"]["seed 2"]) == 20 and float(table["base"]["mean"]) == 20
@@ -446,12 +455,9 @@ def test_m25_fig1a_laptop_grid_and_its_rule(tmp_path):
     assert math.isclose(float(table["4x"]["D vs base"]), 121 / 3 - 20) and table["4x"]["outcome"] == "better"
     # 16x: seed 1 (5) is below the base's median and D = 65/3 - 20 is small: not separated
     assert table["16x"]["outcome"] == "not separated"
-    worse = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
-                            "--base", "num_envs=32 num_steps=32", "--arm", "x: num_envs=8 num_steps=128"],
-                           capture_output=True, text=True, timeout=120)
+    worse = fig1_rule(tmp_path / "r", "--base", "num_envs=32 num_steps=32", "--arm", "x: num_envs=8 num_steps=128")
     assert "| worse |" in worse.stdout, worse.stdout  # the reverse comparison: largest resample 30 - 31 < 0
-    bad = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
-                          "--base", "num_envs=8", "--arm", "no colon"], capture_output=True, text=True, timeout=120)
+    bad = fig1_rule(tmp_path / "r", "--base", "num_envs=8", "--arm", "no colon")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "NAME" in bad.stderr
 
 
@@ -469,13 +475,9 @@ def test_m25_fig1a_eval_reruns_save_and_evaluate_the_final_policies(tmp_path):
         for seed in (1, 2, 3):
             rows = [{"global_step": 1000, "charts/episodic_return": 1e6}]  # the training final: not read here
             rows += [{"global_step": 1000, "eval/episodic_return": mean + seed + d} for d in (-5, 5)]
-            write_finished(tmp_path / "r" / f"KungFuMaster-v5__ppo__{seed}__{n}x{t}",
-                           {"script": "ppo_atari_envpool", "args": {"env_id": "KungFuMaster-v5", "seed": seed,
-                                                                    "num_envs": n, "num_steps": t}}, rows)
-    rule = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
-                           "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
-                           "--metric", "eval/episodic_return", "--out", str(tmp_path / "t")],
-                          capture_output=True, text=True, timeout=120)
+            kungfu_run(tmp_path / "r", seed, n, t, rows)
+    rule = fig1_rule(tmp_path / "r", "--base", "num_envs=8 num_steps=128", "--arm", "4x: num_envs=32 num_steps=32",
+                     "--metric", "eval/episodic_return", "--out", tmp_path / "t")
     assert rule.returncode == 0, rule.stderr
     table = {r["arm"]: r for r in csv.DictReader(open(tmp_path / "t.csv"))}
     assert float(table["base"]["seed 2"]) == 22 and math.isclose(float(table["4x"]["D vs base"]), 20)
@@ -488,9 +490,7 @@ def test_m25_fig1_rule_prints_returns_with_thousands_separators(tmp_path):
         for seed, v in enumerate(values, 1):
             write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}},
                            [{"global_step": 1000, "charts/episodic_return": v}])
-    out = subprocess.run(["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"),
-                          "--base", "num_envs=8", "--arm", "4x N: num_envs=32"], capture_output=True, text=True,
-                         timeout=120)
+    out = fig1_rule(tmp_path / "r", "--base", "num_envs=8", "--arm", "4x N: num_envs=32")
     assert "| base | 11,158 | 9,275 | 10,712 | 10,382 | – | – | (base) |" in out.stdout, out.stdout
     row = r"\| 4x N \| 20,000 \| 21,000 \| 22,000 \| 21,000 \| 10,618 \| \[\+\d{1,2},\d{3}, \+\d{1,2},\d{3}\] \| better \|"
     assert re.search(row, out.stdout), out.stdout
@@ -504,14 +504,13 @@ def test_m25_fig1_rule_judges_a_diagnostic_where_lower_is_better(tmp_path):
         for seed, v in enumerate(values, 1):
             rows = [{"global_step": 950, "diagnostics/dormant_frac": v}, {"global_step": 1000}]
             write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}}, rows)
-    cmd = ["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"), "--base", "num_envs=8",
-           "--arm", "4x N: num_envs=32", "--metric", "diagnostics/dormant_frac"]
-    lower = subprocess.run(cmd + ["--lower-is-better"], capture_output=True, text=True, timeout=120)
+    cmd = ["--base", "num_envs=8", "--arm", "4x N: num_envs=32", "--metric", "diagnostics/dormant_frac"]
+    lower = fig1_rule(tmp_path / "r", *cmd, "--lower-is-better")
     assert "| better |" in lower.stdout and "| -0.4 |" in lower.stdout, lower.stdout
-    higher = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    higher = fig1_rule(tmp_path / "r", *cmd)
     assert "| worse |" in higher.stdout, higher.stdout
     write_finished(tmp_path / "r" / "g__4__32", {"args": {"seed": 4, "num_envs": 32}}, [{"global_step": 1000}])
-    missing = subprocess.run(cmd + ["--seeds", "4"], capture_output=True, text=True, timeout=120)
+    missing = fig1_rule(tmp_path / "r", *cmd, "--seeds", "4")
     assert "no verdict yet" in missing.stdout and "no diagnostics/dormant_frac" in missing.stderr
 
 
@@ -524,15 +523,14 @@ def test_m25_fig1_rule_iterations_judges_an_equal_updates_window(tmp_path):
             rows = [{"global_step": 100 * i, "iteration": i, "diagnostics/feature_rank": v + seed / 100}
                     for i, v in enumerate(values, 1)]
             write_finished(tmp_path / "r" / f"g__{seed}__{n}", {"args": {"seed": seed, "num_envs": n}}, rows)
-    cmd = ["python", str(REPO / "benchmark" / "mayor2025_fig1_rule.py"), str(tmp_path / "r"), "--base", "num_envs=8",
-           "--arm", "4x N: num_envs=32", "--metric", "diagnostics/feature_rank"]
-    last = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    cmd = ["--base", "num_envs=8", "--arm", "4x N: num_envs=32", "--metric", "diagnostics/feature_rank"]
+    last = fig1_rule(tmp_path / "r", *cmd)
     assert "| better |" in last.stdout and "| 4 |" in last.stdout, last.stdout  # D = 5 - 1 over the last 10%
-    early = subprocess.run(cmd + ["--iterations", "1", "2"], capture_output=True, text=True, timeout=120)
+    early = fig1_rule(tmp_path / "r", *cmd, "--iterations", "1", "2")
     assert "| worse |" in early.stdout and "| -9 |" in early.stdout, early.stdout  # D = 0 - 9 at iterations 1-2
-    empty = subprocess.run(cmd + ["--iterations", "7", "9"], capture_output=True, text=True, timeout=120)
+    empty = fig1_rule(tmp_path / "r", *cmd, "--iterations", "7", "9")
     assert "no verdict yet" in empty.stdout and "no diagnostics/feature_rank in iterations 7-9" in empty.stderr
-    bad = subprocess.run(cmd + ["--iterations", "3", "2"], capture_output=True, text=True, timeout=120)
+    bad = fig1_rule(tmp_path / "r", *cmd, "--iterations", "3", "2")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --iterations 3 2: need 0 < LO <= HI"]
 
 

@@ -63,18 +63,18 @@ def test_the_checker_passes_and_names_the_scripts_not_yet_restructured():
         assert "not restructured yet" in out.stdout and all(name in out.stdout for name in unmarked)
 
 
+def top_level(script: str) -> dict:
+    """The source of each top-level function and class of cleanrl_scaling/SCRIPT, by name."""
+    import ast
+    source = open(os.path.join(ROOT, "cleanrl_scaling", script)).read()
+    return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
 def test_the_two_jax_scripts_copies_of_the_ppo_ewma_math_agree():
     """sfl_kinetix_jax.py and ppo_ewma_jax2d.py each carry PPO-EWMA's math outside the shared blocks (a copied script
     stands alone); the copies must stay the same code, so a fix to one reaches the other."""
-    import ast
-
-    def top_level(path):
-        source = open(path).read()
-        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
-                if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-
-    sfl = top_level(os.path.join(ROOT, "cleanrl_scaling", "sfl_kinetix_jax.py"))
-    ewma = top_level(os.path.join(ROOT, "cleanrl_scaling", "ppo_ewma_jax2d.py"))
+    sfl, ewma = top_level("sfl_kinetix_jax.py"), top_level("ppo_ewma_jax2d.py")
     # not UpdateCarry: sfl_kinetix_jax's training chunk carries no probe (None; only its separate diagnostics pass
     # does), ppo_ewma_jax2d's still carries one behind lax.cond
     for name in ("decoupled_pg_loss", "ewma_update", "log_prob", "entropy", "log_softmax64", "flat_params",
@@ -86,15 +86,7 @@ def test_the_two_jax_scripts_copies_of_the_ppo_ewma_math_agree():
 def test_the_two_atari_scripts_copies_of_the_envs_and_the_rollout_steps_agree():
     """ppo_atari_envpool.py and pqn_atari.py each carry the envpool set-up and the rollout's bookkeeping, --async-envs'
     halves included, outside the shared blocks (they sit beside the algorithm); the copies must stay the same code."""
-    import ast
-
-    def top_level(path):
-        source = open(path).read()
-        return {n.name: ast.get_source_segment(source, n) for n in ast.parse(source).body
-                if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-
-    ppo = top_level(os.path.join(ROOT, "cleanrl_scaling", "ppo_atari_envpool.py"))
-    pqn = top_level(os.path.join(ROOT, "cleanrl_scaling", "pqn_atari.py"))
+    ppo, pqn = top_level("ppo_atari_envpool.py"), top_level("pqn_atari.py")
     for name in ("import_envpool", "make_envs", "make_env_groups", "EpisodeStats", "store_frames", "envs_of",
                  "observe"):
         assert ppo[name] == pqn[name], f"{name} differs between ppo_atari_envpool.py and pqn_atari.py"
