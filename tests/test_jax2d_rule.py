@@ -400,6 +400,30 @@ def test_plateau_rule_verdicts(low_gain, low_level, verdict, tmp_path, capsys):
     assert rule.main(["plateau", str(tmp_path), "--low", "4", "--others", "16", "--updates", "40"]) == 2
 
 
+def test_plateau_rule_needs_both_readings_of_below_in_the_seed_mean(tmp_path, capsys):
+    """COM 4 flat at 0.2; COM 16 ends at 0.4, 0.1, 0.1 and COM 64 at 0.1, 0.4, 0.1 by seed. Below per seed in seeds 1
+    and 2 (0.2 <= 0.4 - 0.05), not 3. In the seed mean the code's reading (the mean of each seed's best: 0.3) says
+    below (0.2 <= 0.25), the text's (the best seed mean: 0.2 for both COMs) says not (0.2 > 0.15): yes by the one,
+    the contradiction by the other, so not shown. With COM 64 at 0.4 in every seed both readings say below: yes."""
+    for seed, (c16, c64) in zip((1, 2, 3), ((0.4, 0.1), (0.1, 0.4), (0.1, 0.1))):
+        late_run(tmp_path / "split", seed=seed, com=4.0, gain=0.0, level=0.2)
+        late_run(tmp_path / "split", seed=seed, com=16.0, gain=0.0, level=c16)
+        late_run(tmp_path / "split", seed=seed, com=64.0, gain=0.0, level=c64)
+    code, text, _ = judge(capsys, "plateau", tmp_path / "split", "--low", 4, "--others", 16, 64, "--updates", U2)
+    assert code == 0 and verdict_of(text) == "not shown", text
+    assert "code's: yes" in text and "text's: no (contradicts B26: no premature plateau)" in text, text
+    for seed, c16 in zip((1, 2, 3), (0.4, 0.1, 0.1)):
+        late_run(tmp_path / "agree", seed=seed, com=4.0, gain=0.0, level=0.2)
+        late_run(tmp_path / "agree", seed=seed, com=16.0, gain=0.0, level=c16)
+        late_run(tmp_path / "agree", seed=seed, com=64.0, gain=0.0, level=0.4)
+    code, text, _ = judge(capsys, "plateau", tmp_path / "agree", "--low", 4, "--others", 16, 64, "--updates", U2)
+    assert code == 0 and verdict_of(text) == "yes", text
+    low, others = {s: (0.0, 0.0, 0.2) for s in (1, 2, 3)}, {1: 0.4, 2: 0.4, 3: 0.1}
+    assert rule.plateau_rule(low, others, 0.2)[1] == "not shown"
+    assert rule.plateau_rule(low, others, 0.3)[1] == "yes"
+    assert rule.plateau_rule(low, {1: 0.2, 2: 0.2, 3: 0.2}, 0.2)[1] == "no (contradicts B26: no premature plateau)"
+
+
 def test_plateau_rule_reads_an_extension_from_a_checkpoint(tmp_path, capsys):
     """A run continued from a 200-update run's checkpoint logs updates 201-400 only: its last 80 updates are all
     there, so it is judged as a run of 400."""
