@@ -31,7 +31,7 @@
 #   mean; otherwise not shown. COMs 256 and 1024's trends are reported, not judged. "Below in the seed mean" reads
 #   two ways: the code (committed first) takes the seed mean of each seed's best other COM's final, this text the
 #   higher of the two COMs' seed-mean finals (stricter); a verdict the readings disagree on is not shown (the
-#   stricter decides: docs/reproducing/index.md; made explicit on 2026-11-29 with 4 of 9 runs finished, none read).
+#   stricter decides: docs/reproducing/index.md).
 # Environment (see _beukman2026_common.sh): RUNS_DIR (runs/beukman2026_jax2d_plateau), OUT_DIR, WORKERS, SEEDS, FLAGS,
 # PYTHON, DRY_RUN, DRAW_ONLY, RESUME; COMS (16,256,1024: the first is C_low), UPDATES (400), FIG5A_DIR, PLACEMENT (the
 # Fig. 5a grid whose colours the figure keeps).

@@ -46,10 +46,9 @@ needs --seeds (3) such seeds. Comparisons carry a 1e-9 tolerance, so a hand-comp
   is below in the seed mean and in >= 2 of 3 seeds; no (not shown: still rising) = C_low is still rising in the
   seed mean (both >= 0.05) and in >= 2 of 3 seeds; no (contradicts B26: no premature plateau) = C_low plateaus as
   for yes but is not below in the seed mean; otherwise not shown. The other COMs' trends are reported, not judged.
-  "Below in the seed mean" is read both ways (added 2026-11-29 with 4 of 9 runs finished, none read): against the
-  seed mean of each seed's best other COM (the code's first reading) and against the best other COM's seed mean
-  (the text's, stricter); a verdict the two readings disagree on is not shown (the stricter decides:
-  docs/reproducing/index.md).
+  "Below in the seed mean" is read both ways: against the seed mean of each seed's best other COM (the code's first
+  reading) and against the best other COM's seed mean (the text's, stricter); a verdict the two readings disagree on
+  is not shown (the stricter decides: docs/reproducing/index.md).
 - table (no verdict): per finished run, its N, COM, clip, reload source (exp_name of a reloaded run), seed, updates,
   the pooled training windows, final, mid, late gain, learned, the median KL to the behaviour policy and the mean DDR
   over the second half (updates > U/2), sorted by N, exp_name, COM, seed.
