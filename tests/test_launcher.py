@@ -109,9 +109,26 @@ def test_runs_with_the_same_run_name_start_a_second_apart(tmp_path, capsys):
 def test_core_slots():
     assert launcher.core_slots([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
     assert launcher.core_slots([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]
-    assert launcher.core_slots([0, 1], 3) == [[0], [1], [0]]
+    assert launcher.core_slots([0, 1], 2) == [[0], [1]]
+    # more runs than cores: none is pinned to a shared core while another core idles once the queue has emptied
+    assert launcher.core_slots([0, 1], 3) == [[0, 1], [0, 1], [0, 1]]
+    assert [launcher.threads_per_run([0, 1, 2, 3], w) for w in (1, 2, 3, 4, 6)] == [4, 2, 1, 1, 1]
     env = launcher.run_env(3)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3" and "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_more_workers_than_cores_leaves_every_core_to_every_run(tmp_path):
+    script = tmp_path / "affinity.py"
+    script.write_text("import os, sys\nopen(sys.argv[sys.argv.index('--out') + 1], 'w').write("
+                      "repr((sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])))\n")
+    outs = [tmp_path / f"o{i}" for i in range(3)]
+    sets = [x for o in outs for x in ("--flag-set", f"--out {o}")]
+    rc = launcher.main([str(script), *sets, "--workers", "3", "--cores", "2", "--runs-dir", str(tmp_path / "runs"),
+                        "--log-dir", str(tmp_path / "logs")])
+    assert rc == 0
+    two = sorted(os.sched_getaffinity(0))[:2]
+    assert [eval(o.read_text()) for o in outs] == [(two, "1")] * 3
 
 
 def write_run(root, name, config, status=None):
