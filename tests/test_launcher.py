@@ -110,7 +110,7 @@ def test_core_slots():
     assert launcher.core_slots([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
     assert launcher.core_slots([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]
     assert launcher.core_slots([0, 1], 2) == [[0], [1]]
-    # more runs than cores: none is pinned to a shared core while another core idles once the queue has emptied
+    # more runs than cores: no run is pinned to a shared core while another core idles
     assert launcher.core_slots([0, 1], 3) == [[0, 1], [0, 1], [0, 1]]
     assert [launcher.threads_per_run([0, 1, 2, 3], w) for w in (1, 2, 3, 4, 6)] == [4, 2, 1, 1, 1]
     env = launcher.run_env(3)

@@ -165,8 +165,8 @@ def set_wandb_grouping(jobs: list, job_name: str) -> None:
 # Local execution: N workers, each run pinned to its share of the cores
 # ---------------------------------------------------------------------------------------------------------
 def core_slots(cores: list, workers: int) -> list:
-    """Split the usable cores into `workers` disjoint groups; with more workers than cores every run may use every
-    core (pinned round-robin, two runs could share a core while another idles once the queue is empty)."""
+    """Split the usable cores into `workers` disjoint groups. With more workers than cores, every run gets every core
+    (single-core pins would leave two runs sharing a core while another idles once the queue has emptied)."""
     if workers > len(cores):
         return [list(cores) for _ in range(workers)]
     share = len(cores) // workers
@@ -228,7 +228,8 @@ def run_local(jobs: list, workers: int, cores: list, log_dir: str, script_stem: 
                 log.write(f"$ {shlex.join(job.argv)}\n# cpus {job.cpus}\n")
                 log.flush()
                 pin = (lambda cpus=tuple(job.cpus): os.sched_setaffinity(0, cpus)) if can_pin else None
-                env = {**job.env, **run_env(threads_per_run(cores, workers))}  # the caller's WANDB_RUN_GROUP / WANDB_TAGS win
+                # the caller's WANDB_RUN_GROUP / WANDB_TAGS win
+                env = {**job.env, **run_env(threads_per_run(cores, workers))}
                 proc = subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                         preexec_fn=pin, start_new_session=True)
                 running[slot] = (job, proc, log, time.time())
@@ -417,7 +418,8 @@ def parse_args(argv=None):
     p.add_argument("--flag-set", action="append", default=[], metavar='"FLAGS"',
                    help="one alternative set of flags, quoted (repeatable; crossed with the sweeps)")
     p.add_argument("--runs-dir", default="runs", help="passed to every run; --skip-finished looks here (default runs)")
-    p.add_argument("--workers", type=int, default=1, help="runs at once locally; each gets cores // workers cores (more workers than cores: every run one thread, on any core)")
+    p.add_argument("--workers", type=int, default=1, help="runs at once locally; each gets cores // workers cores "
+                   "(more workers than cores: one thread each, on any core)")
     p.add_argument("--cores", type=int, default=0, help="cores to share out (default: all this process may use)")
     p.add_argument("--job-name", default="", help="name of the sweep (log directory, Slurm job); default: script name")
     p.add_argument("--log-dir", default="", help="default: RUNS_DIR/_launcher/JOB_NAME_<time>, _2, _3 ... if taken")
