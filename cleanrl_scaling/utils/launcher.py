@@ -539,7 +539,8 @@ def main(argv=None) -> int:
         print(header)
         if script_text is None:
             share = threads_per_run(cores, args.workers)
-            print(f"# local: {args.workers} worker(s), {share} core(s) and OMP_NUM_THREADS={share} per run")
+            where = "any core" if args.workers > len(cores) else f"{share} core(s)"
+            print(f"# local: {args.workers} worker(s), {where} and OMP_NUM_THREADS={share} per run")
         for job in jobs:
             print(shlex.join(job.argv))
         print("\n".join(preview.estimate(args.script, [j.flags for j in jobs], 0 if script_text else len(cores))))
