@@ -58,13 +58,13 @@ def test_dry_run_prints_the_grid(fake_script, tmp_path, capsys):
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
-
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_dry_run_says_what_each_run_gets(fake_script, tmp_path, capsys):
     for workers, cores, line in (("1", "2", "1 worker(s), 2 core(s) and OMP_NUM_THREADS=2 per run"),
                                  ("3", "2", "3 worker(s), any core and OMP_NUM_THREADS=1 per run")):
         launcher.main([fake_script, "--workers", workers, "--cores", cores, "--runs-dir", str(tmp_path), "--dry-run"])
         assert f"# local: {line}" in capsys.readouterr().out
+
 
 def test_flag_sets_cross_the_sweeps(fake_script, tmp_path, capsys):
     launcher.main([fake_script, "--flag-set", "--exp-name a --x 1", "--flag-set", "--exp-name b", "--sweep", "y=1,2",
