@@ -545,6 +545,36 @@ def fake_atari_run(root, seed: int, n: int, t: int, level: float, epochs: int = 
                                                             "total_timesteps": 1000}}, rows)
 
 
+def test_m25_fig1a_draws_its_network_tables_and_eval_draws_only_its_two_rule_tables(tmp_path):
+    """Drawing the archived grid writes the curves, the rule and the post hoc network tables (made-up runs: 32x32 and
+    128x8 at level 9 against the base's 1, so feature rank is higher and the dormant fraction too: better, worse);
+    EVAL=1 writes only its two rule tables, so it cannot overwrite the archived runs' figures in a shared OUT_DIR.
+    Eval made-up: training finals 10 / 40 / 30 + seed (base, 32x32, 128x8), evaluations 20 / 5 / 20 + seed."""
+    for seed in (1, 2, 3):
+        for n, t, level in ((8, 128, 1.0), (32, 32, 9.0), (128, 8, 9.0)):
+            fake_atari_run(tmp_path / "1a", seed, n, t, level)
+        for n, t, train, evaluation in ((8, 128, 10, 20), (32, 32, 40, 5), (128, 8, 30, 20)):
+            kungfu_run(tmp_path / "1a_eval", seed, n, t, [{"global_step": 1000, "charts/episodic_return": train + seed},
+                                                          {"global_step": 1000, "eval/episodic_return": evaluation + seed}])
+    draw = lambda runs, out, **env: subprocess.run(  # noqa: E731
+        ["bash", str(REPO / "benchmark" / "mayor2025_fig1a.sh")], capture_output=True, text=True, timeout=600,
+        env=script_env(DRAW_ONLY=1, SCALE="laptop", RUNS_DIR=tmp_path / runs, OUT_DIR=tmp_path / out, **env))
+    outcome = lambda out, name: {r["arm"]: r["outcome"] for r in csv.DictReader(open(tmp_path / out / f"{name}.csv"))}  # noqa: E731
+    archived = draw("1a", "fig")
+    assert archived.returncode == 0, archived.stderr
+    assert outcome("fig", "mayor2025_fig1a_rule")["32x32 (4x N)"] == "better"
+    assert outcome("fig", "mayor2025_fig1a_network_feature_rank")["128x8 (16x N)"] == "better"
+    assert outcome("fig", "mayor2025_fig1a_network_dormant_frac")["32x32 (4x N)"] == "worse"
+    assert (tmp_path / "fig" / "mayor2025_fig1a_curves.png").exists()
+    reruns = draw("1a_eval", "eval", EVAL="1")
+    assert reruns.returncode == 0, reruns.stderr
+    assert sorted(p.name for p in (tmp_path / "eval").iterdir()) == [
+        f"mayor2025_fig1a_rule_{kind}.{ext}" for kind in ("eval", "training") for ext in ("csv", "md")]
+    assert outcome("eval", "mayor2025_fig1a_rule_training")["32x32 (4x N)"] == "better"
+    assert outcome("eval", "mayor2025_fig1a_rule_eval") == {"8x128 (base)": "(base)", "32x32 (4x N)": "worse",
+                                                            "128x8 (16x N)": "not separated"}
+
+
 def test_m25_fig1b_laptop_reads_fig1a_base_and_applies_its_rules(tmp_path):
     """M25 Fig. 1b at laptop scale runs only N x4 and T x4 (6 runs) and reads Fig. 1a's 8x128 runs as its
     base; drawing (DRAW_ONLY) writes the curves, Figs. 3-4 and every rule table, with the outcomes of the header's
