@@ -39,28 +39,28 @@ fi
 LAPTOP_GRID=1
 source "$(dirname "$0")/_mayor2025_common.sh"
 launch mayor2025_fig1a "${SETTINGS[@]}" -- --total-timesteps "$TOTAL" ${LAPTOP_FLAGS[@]+"${LAPTOP_FLAGS[@]}"}
-[[ -n "${DRY_RUN:-}" || -n "${SLURM:-}" ]] && exit 0
-fig1a_rule() {  # fig1a_rule OUT [ARGS...]: the header's test of each arm against 8x128, tables to $OUT_DIR/OUT.{md,csv}
+if [[ -z "${EVAL:-}" ]]; then  # the reruns (EVAL=1) draw only their two rule tables below
+  figure fig1a "num_envs num_steps" "N={num_envs} T={num_steps}"
+fi
+[[ "$SCALE" == laptop && -z "${DRY_RUN:-}" && -z "${SLURM:-}" ]] || exit 0
+fig1a_rule() {  # fig1a_rule --out PREFIX [ARGS...]: the header's test of each arm against 8x128
   "$PYTHON" benchmark/mayor2025_fig1_rule.py "$RUNS_DIR" --base-name "8x128 (base)" --base "num_envs=8 num_steps=128" \
-    --arm "32x32 (4x N): num_envs=32 num_steps=32" --arm "128x8 (16x N): num_envs=128 num_steps=8" \
-    --out "$OUT_DIR/$1" "${@:2}"
+    --arm "32x32 (4x N): num_envs=32 num_steps=32" --arm "128x8 (16x N): num_envs=128 num_steps=8" "$@"
 }
-if [[ -n "${EVAL:-}" ]]; then  # the reruns' two tables only: the figures and network tables are the archived runs'
-  fig1a_rule mayor2025_fig1a_rule_training
-  fig1a_rule mayor2025_fig1a_rule_eval --metric eval/episodic_return
+if [[ -n "${EVAL:-}" ]]; then  # the figures and network tables stay the archived runs'
+  fig1a_rule --out "$OUT_DIR/mayor2025_fig1a_rule_training"
+  fig1a_rule --out "$OUT_DIR/mayor2025_fig1a_rule_eval" --metric eval/episodic_return
   exit 0
 fi
-figure fig1a "num_envs num_steps" "N={num_envs} T={num_steps}"
-[[ "$SCALE" == laptop ]] || exit 0
 "$PYTHON" -m cleanrl_scaling.utils.aggregate curves "$RUNS_DIR" --only-finished --group-by num_envs num_steps \
   --label "N={num_envs} T={num_steps}" --metric charts/episodic_return --band range --smooth 20 \
   --title "M25 Fig. 1a (laptop): KungFuMaster, N x T = 1024" --out "$OUT_DIR/mayor2025_fig1a_curves"
-fig1a_rule mayor2025_fig1a_rule
+fig1a_rule --out "$OUT_DIR/mayor2025_fig1a_rule"
 # Post hoc, added after the runs (not part of the rule above): M25 Figs. 3-4's network metrics of these runs at equal
 # samples, updates, minibatch and learning-rate schedule (N x T = 1024 in every arm), each arm against 8x128 in M25's
 # direction, with the same test (mayor2025_fig1b.sh applies it to the batch x4 arms).
 for tag in diagnostics/feature_rank diagnostics/dormant_frac diagnostics/weight_norm diagnostics/grad_kurtosis \
            diagnostics/policy_variance diagnostics/ess_pct; do
   m=${tag#diagnostics/}; DOWN=(); [[ $m == feature_rank || $m == ess_pct ]] || DOWN=(--lower-is-better)
-  fig1a_rule "mayor2025_fig1a_network_$m" --metric "$tag" ${DOWN[@]+"${DOWN[@]}"}
+  fig1a_rule --out "$OUT_DIR/mayor2025_fig1a_network_$m" --metric "$tag" ${DOWN[@]+"${DOWN[@]}"}
 done
