@@ -17,7 +17,7 @@
 #   Cost, from the Fig. 5a runs (2,900-3,700 s per 200 updates, one core each): 0.8-1.0 CPU-hours per run continued,
 #   1.6-2.1 per run started over: 7-9 CPU-hours for the 9 continued, 14.5-18.5 started over. WORKERS=2 runs two at
 #   once, one core each; RESUME=1 continues a stopped run. Every finished run keeps checkpoints/latest.ckpt at its
-#   last update (a later extension starts there): archive it with the run (docs/reproducing/runs/README.md).
+#   last update (a later extension starts there): keep it outside git (docs/reproducing/runs/README.md).
 #   The rule, fixed before the runs (benchmark/beukman2026_jax2d_rule.py plateau prints it per seed): per run, two
 #   measures of the gain over its last 80 updates (321-400), each = 80 x a least-squares slope against the update:
 #   S_eval over the five evaluations at updates 320, 340, ..., 400 (320 episodes each; its SE from
