@@ -81,9 +81,22 @@ def check_configuration(what: str, script: str, usage_error, configure, *args):
 # ---------------------------------------------------------------------------------------------------------
 # Running a program and reading its throughput
 # ---------------------------------------------------------------------------------------------------------
-def run_checked(cmd: list, **kwargs) -> subprocess.CompletedProcess:
-    """cmd to completion, output captured; a failure raises with the end of its stderr."""
-    out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+def run_checked(cmd: list, log: str = None, **kwargs) -> subprocess.CompletedProcess:
+    """cmd to completion, output captured; a failure raises with the end of its stderr. With `log` (a file), stdout and
+    stderr go there together as they come, after a line naming cmd, and come back as both: a run stopped from outside
+    (a time limit) leaves its progress behind."""
+    if log is None:
+        out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    else:
+        with open(log, "a") as f:
+            f.write(f"== {time.strftime('%H:%M:%S')} {' '.join(cmd)}\n")
+            f.flush()
+            start = f.tell()
+            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kwargs).returncode
+        with open(log) as f:
+            f.seek(start)
+            text = f.read()
+        out = subprocess.CompletedProcess(cmd, code, text, text)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return out
@@ -105,13 +118,13 @@ def marginal_sps(points):
     return (s1 - s0) / (t1 - t0)
 
 
-def our_run(script: str, flags: list, rss: bool = True) -> tuple:
+def our_run(script: str, flags: list, rss: bool = True, log: str = None) -> tuple:
     """One of our training scripts with `flags`, into a temporary runs directory, under /usr/bin/time -v unless not
     `rss` (a machine without GNU time): the (wall_time, global_step) of every logged SPS row, and the peak RSS in MiB
-    (None without rss)."""
+    (None without rss). `log`: as run_checked's."""
     with tempfile.TemporaryDirectory() as runs:
         out = run_checked((TIME_V if rss else []) + [sys.executable, script, "--runs-dir", runs, "--progress", "none"]
-                          + flags)
+                          + flags, log=log)
         run_dir = os.path.join(runs, os.listdir(runs)[0])
         rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
         points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
@@ -149,13 +162,13 @@ def patched_cleanrl(checkout: str, script: str, directory: str) -> str:
 
 
 def run_cleanrl_atari(checkout: str, script: str, iterations: int, batch: int = 8 * 128, flags: tuple = (),
-                      rss: bool = True) -> tuple:
+                      rss: bool = True, log: str = None) -> tuple:
     """CleanRL's patched Atari script with `flags` (its defaults: 8 envs x 128 steps; `batch` = envs x steps) for
-    `iterations`: marginal SPS and peak RSS in MiB (None without rss, as in our_run)."""
+    `iterations`: marginal SPS and peak RSS in MiB (None without rss, as in our_run). `log`: as run_checked's."""
     with tempfile.TemporaryDirectory() as tmp:
         path = patched_cleanrl(checkout, script, tmp)
         out = run_checked((TIME_V if rss else []) + [sys.executable, path, "--total-timesteps", str(iterations * batch)]
-                          + list(flags), cwd=tmp)
+                          + list(flags), log=log, cwd=tmp)
         return marginal_sps(cleanrl_points(out.stdout, batch)), peak_rss_mib(out.stderr) if rss else None
 
 

@@ -17,6 +17,13 @@ nvidia-smi is sampled every second from the end of the first chunk to the run's 
 far from saturated). One GPU has no cross-device gradient all-reduce, which B26's 128 GPUs pay once per minibatch
 step (8x more often at 8192 than at 1024): one GPU shows the compute side of the gap only.
 
+Time: on one H200 (2026-11-29) a run had not reached its first update after 120 s: at these shapes the script spends
+minutes tracing and compiling Kinetix's programs first (53 s to build its envs with every program already in JAX's
+compilation cache, 114 s without, then over a minute for the evaluation levels, then the scoring, rollout and update
+programs). So a run gets --run-limit-s 480 s by default, one K fits one 10-minute sitting, and --extend carries the
+runs of one sitting into the next (each run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by
+the runs of one sitting.
+
 THE RULE (committed before any GPU run; docs/reproducing/beukman2026_fig16a_gpu.md):
   * r = steady SPS(1,024 minibatches) / steady SPS(8,192 minibatches).
   * yes: r >= 1.5 ("substantial"); partly: 1.2 <= r < 1.5; no: r < 1.2 (on one GPU: not shown, since the
@@ -29,8 +36,10 @@ THE RULE (committed before any GPU run; docs/reproducing/beukman2026_fig16a_gpu.
     is no verdict.
   * Reported, not ruled: SPS at 32, 256 and 4,096 minibatches, GPU utilisation and power, peak device memory.
 
-  python benchmark/beukman2026_fig16a_gpu.py --out OUT_DIR      the measurement (<= --deadline-s 520 s) into
+  python benchmark/beukman2026_fig16a_gpu.py --out OUT_DIR      the measurement (<= --deadline-s 560 s) into
                                                                 OUT_DIR/fig16a.json
+  python benchmark/beukman2026_fig16a_gpu.py --minibatches 8192 --extend EARLIER.json --out OUT_DIR
+                                                                a later sitting: EARLIER's runs kept, these added
   python benchmark/beukman2026_fig16a_gpu.py --cpu-dry-run --out OUT_DIR    tiny sizes on CPU (K 2, 4): catches typos
   python benchmark/beukman2026_fig16a_gpu.py --rule OUT_DIR/fig16a.json [--png FIG.png]   the rule (and the figure)
 """
@@ -285,6 +294,19 @@ def checked_args(flags: list):
         sys.argv = saved
 
 
+def earlier_runs(path: str, setting: str, dry_run: bool) -> dict:
+    """The runs of an earlier sitting's fig16a.json, which must be at this setting (and dry or not alike), each with
+    its own date and machine."""
+    if not os.path.isfile(path):
+        refuse(f"--extend {path}: no such file; pass the fig16a.json of an earlier sitting")
+    earlier = json.load(open(path))
+    if (earlier.get("setting"), earlier.get("dry_run")) != (setting, dry_run):
+        refuse(f"--extend {path}: measured at another setting ({earlier.get('setting')!r}, dry run "
+               f"{earlier.get('dry_run')}); runs at different settings do not share a figure")
+    when = {"date_utc": earlier["date_utc"], "machine": earlier["machine"]}
+    return {k: {**when, **run} for k, run in earlier["runs"].items()}
+
+
 def machine() -> dict:
     try:
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
@@ -302,8 +324,10 @@ def main():
     parser.add_argument("--minibatches", type=int, nargs="+", default=[1024, 8192, 32, 4096, 256],
                         help="in the order measured (the two the claim names first)")
     parser.add_argument("--updates", type=int, default=6, help="per run, in chunks of 2; the first chunk is not timed")
-    parser.add_argument("--deadline-s", type=float, default=520.0)
-    parser.add_argument("--run-limit-s", type=float, default=200.0, help="one run's limit (SIGTERM, then its summary)")
+    parser.add_argument("--deadline-s", type=float, default=560.0)
+    parser.add_argument("--run-limit-s", type=float, default=480.0, help="one run's limit (SIGTERM, then its summary)")
+    parser.add_argument("--extend", metavar="JSON", help="a fig16a.json of an earlier sitting at the same setting: "
+                        "its runs are kept, and the minibatch counts it has an SPS for are not run again")
     parser.add_argument("--cpu-dry-run", action="store_true",
                         help="the tests' tiny SFL flags on CPU at XLA -O0, the limits x 8")
     opts = parser.parse_args()
@@ -319,6 +343,7 @@ def main():
         flags += bash_string("SFL_TINY")
         if opts.minibatches == parser.get_default("minibatches"):
             opts.minibatches = [2, 4]  # the tiny run has 4 envs; a minibatch holds whole trajectories
+    earlier = earlier_runs(opts.extend, " ".join(flags), opts.cpu_dry_run) if opts.extend else {}
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the peak is the run's own
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + paths)  # the runs import this checkout
@@ -330,9 +355,12 @@ def main():
     period = checked[opts.minibatches[0]].sfl_update_period  # updates between scoring rounds (T)
     results = {"figure": "B26 Fig. 16a (SFL, one GPU's share of 1M envs)",
                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(),
-               "dry_run": opts.cpu_dry_run, "setting": " ".join(flags), "updates": opts.updates, "runs": {}}
+               "dry_run": opts.cpu_dry_run, "setting": " ".join(flags), "updates": opts.updates, "runs": earlier}
     end = time.time() + opts.deadline_s
     for k in opts.minibatches:
+        if sps_of(results["runs"].get(str(k), {})):
+            print(f"== {k} minibatches: kept from {opts.extend}", flush=True)
+            continue
         left = end - time.time()
         if left < 60:
             results["runs"][str(k)] = {"status": "skipped: past the deadline", "SPS": None}
@@ -340,7 +368,8 @@ def main():
         print(f"== {k} minibatches", flush=True)
         run = one_run(flags, k, opts.updates, batch[k], period, min(opts.run_limit_s, left - 60),
                       os.path.join(opts.out, f"fig16a_k{k}.log"), child_env)
-        run["minibatch_size"] = batch[k] // k
+        run.update(minibatch_size=batch[k] // k, date_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                   machine=results["machine"])
         results["runs"][str(k)] = run
         results["wall_s"] = round(opts.deadline_s - (end - time.time()))
         json.dump(results, open(os.path.join(opts.out, "fig16a.json"), "w"), indent=1)

@@ -4,7 +4,8 @@
 # its defaults (Atari PPO also at 256 envs x 64 steps, each with --tf32 and --no-tf32, and with --async-envs; PQN also
 # at 128 envs x 32 steps, without and with --async-envs). Every number goes to
 # OUT_DIR/gpu_check.json; logs beside it. About 8 minutes on one H200 with 16 CPU cores: steps past DEADLINE_S
-# seconds (default 500) are skipped and marked so, and each step has its own time limit.
+# seconds (default 500) are skipped and marked so, and each step has its own time limit. Where the Atari scripts or
+# envpool do not import (a package missing from SITE), it stops after the versions with exit code 2.
 #
 #   bash benchmark/gpu_check.sh [OUT_DIR]                 OUT_DIR defaults to $OUT, else runs/gpu_check
 #   SITE=DIR bash benchmark/gpu_check.sh OUT_DIR          DIR is put first on PYTHONPATH: the packages a CUDA image
@@ -80,6 +81,15 @@ except Exception as e:
 print(json.dumps(out, indent=1))
 EOF
 record versions "$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))" "$OUT_DIR/versions.json" 2>/dev/null || echo null)"
+
+# ---- the Atari scripts and envpool import here: else every later step would fail the same way, minutes each
+if ! python3 -c "from cleanrl_scaling import ppo_atari_envpool as m, pqn_atari; m.import_envpool()"; then
+  echo "error: the Atari scripts or envpool do not import here (above): a package missing from SITE? Stopping" >&2
+  record preflight '"failed: the Atari scripts or envpool do not import (log: gpu_check.log)"'
+  python3 -c "import json,sys; m={}; [m.update(json.loads(l)) for l in open(sys.argv[1])]; json.dump(m, open(sys.argv[2], 'w'), indent=1)" \
+    "$RESULTS" "$OUT_DIR/gpu_check.json"
+  exit 2
+fi
 
 # ---- the gpu-marked tests (the ini's addopts are replaced: an image may lack pytest-xdist)
 echo "== pytest -m gpu tests/test_gpu.py"

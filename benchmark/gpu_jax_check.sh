@@ -9,12 +9,15 @@
 #   4. sfl_kinetix_jax.py at one GPU's share of the 1m preset (B26 App. D: 1M envs on 128 GPUs, 8,192 envs each):
 #      its per-device shapes on one device (below), --estimate-memory, then 4 updates; the peak against the estimate;
 #   5. the JAX gpu tests (pytest -m gpu tests/test_gpu.py -k jax).
-# First of all, and on a dry run too, the GPU's command lines pass the scripts' flag checks (the JSON's "flags").
+# First of all, and on a dry run too, the GPU's command lines pass the scripts' flag checks (the JSON's "flags"); where
+# the scripts do not import (a package missing from SITE), only the versions step runs, and the check exits 2.
 # Every number goes to OUT_DIR/gpu_jax_check.json; logs beside it. Steps past DEADLINE_S seconds (default 530, so
-# the whole stays under 9 minutes) are skipped and marked so; each step has its own time limit. JAX starts without
-# preallocating (XLA_PYTHON_CLIENT_PREALLOCATE=false), so the peak is the run's own, not 75% of the GPU
-# (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs evaluate only at their end
-# (--eval-every 0): the final evaluation is in each step's seconds and peak, not in its SPS.
+# the whole stays under 9 minutes) are skipped and marked so; each step has its own time limit. The SFL steps'
+# limits are minutes: on one H200 (2026-11-29) sfl_kinetix_jax.py at 8,192 envs was still tracing and compiling,
+# before its first update, when stopped at 2 minutes; on a 10-minute sitting give each SFL step one of its own
+# (STEPS=...). JAX starts without preallocating (XLA_PYTHON_CLIENT_PREALLOCATE=false), so the peak is the run's own,
+# not 75% of the GPU (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs evaluate only at
+# their end (--eval-every 0): the final evaluation is in each step's seconds and peak, not in its SPS.
 #
 #   bash benchmark/gpu_jax_check.sh [OUT_DIR]               OUT_DIR defaults to $OUT, else runs/gpu_jax_check
 #   SITE=DIR bash benchmark/gpu_jax_check.sh OUT_DIR        DIR, put first on PYTHONPATH: the packages an image
@@ -136,6 +139,12 @@ for name, module, flags in zip(["jax2d_default", "jax2d_b26", "sfl_2048", "sfl_1
         out[name] = "bad flags: " + (err.getvalue().strip().splitlines() or ["?"])[-1]
 print(json.dumps({"flags": out}))
 EOF
+if [ "${PIPESTATUS[0]}" != 0 ]; then  # every later step would stop at the same import, minutes of GPU time each
+  echo "error: the JAX scripts do not import here (above): a package missing from SITE? Only the versions follow" >&2
+  record flags '"failed: the scripts do not import (log: gpu_jax_check.log)"'
+  if wanted versions; then STEPS=versions; else STEPS=""; fi
+  FAILED=2
+fi
 
 # ---- the machine, the versions, JAX's devices
 if wanted versions; then
@@ -244,8 +253,8 @@ EOF
   fi
   if wanted sfl_2048; then
     echo "== sfl_kinetix_jax.py --preset 2048"
-    estimate sfl_2048 150 $SFL_2048
-    sps_run sfl_2048 sfl_kinetix_jax "$ITER_SFL_2048" 200 $SFL_2048
+    estimate sfl_2048 240 $SFL_2048
+    sps_run sfl_2048 sfl_kinetix_jax "$ITER_SFL_2048" 360 $SFL_2048
     ratio sfl_2048
   fi
   if wanted jax2d_b26; then
@@ -254,8 +263,8 @@ EOF
   fi
   if wanted sfl_1m_per_gpu; then
     echo "== sfl_kinetix_jax.py at the 1m preset's shapes per GPU (8,192 envs)"
-    estimate sfl_1m_per_gpu 150 $SFL_1M
-    sps_run sfl_1m_per_gpu sfl_kinetix_jax "$ITER_SFL_1M" 240 $SFL_1M
+    estimate sfl_1m_per_gpu 270 $SFL_1M
+    sps_run sfl_1m_per_gpu sfl_kinetix_jax "$ITER_SFL_1M" 420 $SFL_1M
     ratio sfl_1m_per_gpu
   fi
 }
@@ -290,3 +299,4 @@ print(json.dumps(merged, indent=1))
 EOF
 rm -rf "$RUNS"
 echo "== done in $(( $(date +%s) - START )) s: $OUT_DIR/gpu_jax_check.json"
+exit "${FAILED:-0}"

@@ -5,14 +5,15 @@
 # where pip reaches an index, with any Python: the wheels are chosen for cp312 manylinux x86_64.
 #
 #   bash benchmark/gpu_site.sh DIR                  then there: PYTHONPATH=DIR python3 cleanrl_scaling/sfl_kinetix_jax.py
-#   BESIDE=DIR2 bash benchmark/gpu_site.sh DIR      leaves out what DIR2 holds; there: PYTHONPATH=DIR:DIR2
 #
 # Any import of kinetix-env runs kinetix/__init__, which imports its training, saving and data code too (wandb, grain,
 # zarr, omegaconf, distrax with TensorFlow Probability), so each of those is here as the real package, installed
 # with --no-deps. Cut: what neither `import kinetix` nor the scripts load (wandb's service binaries, which only
 # wandb.init starts, so --track does not run from this folder; TensorFlow Probability's numpy and TensorFlow code;
 # bundled environments, tests, type stubs), the symbol tables of compiled modules, and the dist-info files other than
-# what importlib.metadata reads. 34 MiB; 32 MiB with BESIDE= the torch scripts' folder.
+# what importlib.metadata reads. 34 MiB, whole by itself: it also holds what the torch scripts' folder
+# (offline_site.sh) has, tyro and gymnasium among them, since the two folders and a checkout do not travel together
+# under a 64 MiB limit, and a JAX run given this folder alone must not stop at its first import.
 set -euo pipefail
 out=${1:?usage: bash benchmark/gpu_site.sh DIR}
 PYTHON=${PYTHON:-python3}
@@ -32,13 +33,7 @@ PKGS=(
   omegaconf==2.4.0 grain==0.2.18 array-record==0.8.1 portpicker==1.6.0 zarr==2.18.3 numcodecs==0.13.1
   asciitree==1.0.0 tyro==1.0.16 docstring-parser==0.18.0 typeguard==4.6.1 shtab==1.13.0
 )
-wanted=()
-for spec in "${PKGS[@]}"; do
-  dist=${spec%%==*}
-  if [ -n "${BESIDE:-}" ] && ls "$BESIDE" | grep -qi "^${dist//-/_}-[^-]*\.dist-info$"; then continue; fi
-  wanted+=("$spec")
-done
-"$PYTHON" -m pip install -q --target "$out" --no-compile --pre $WHEEL_FOR "${wanted[@]}"
+"$PYTHON" -m pip install -q --target "$out" --no-compile --pre $WHEEL_FOR "${PKGS[@]}"
 
 keep_only() {  # keep_only FOLDER NAME...: delete FOLDER's subfolders but the NAMEs
   local folder=$1; shift
@@ -65,4 +60,7 @@ if command -v strip >/dev/null; then find . -name "*.so" -exec strip --strip-unn
 find . -path "*.dist-info/*" ! -name METADATA ! -name entry_points.txt -delete
 for f in ./*.dist-info/METADATA; do sed -i '/^$/,$d' "$f"; done   # its headers end at the first blank line
 find . -depth -type d -empty -delete
+for module in kinetix jax2d jaxgl gymnax gymnasium tyro distrax tree omegaconf grain zarr; do  # what the scripts import
+  [ -e "$module" ] || { echo "error: $out lacks $module, which the JAX scripts import: pip did not install it" >&2; exit 1; }
+done
 echo "$out: $(find . -type f -printf '%s\n' | awk '{s += $1} END {printf "%.1f MiB", s / 2^20}') in $(find . -type f | wc -l) files"

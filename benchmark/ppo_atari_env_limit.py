@@ -16,8 +16,11 @@ For each N of --num-envs, with nothing else running:
     N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
     --iterations iterations, the programs alternated; marginal SPS (the first iteration left out), medians.
 Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, and ours over
-CleanRL's. On a GPU machine the default sizes take about 5 minutes; --cpu-dry-run runs every step at tiny sizes (it
-catches mistakes; its numbers mean nothing).
+CleanRL's, the JSON rewritten after each N; every run's output (its phases, timed) goes to the --out file's name plus
+.runs.log, and each run's wall time is printed as it ends, so a run stopped by a time limit shows what took its time.
+On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a minute, and the first warm-up run of ours
+(a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
+10-minute sitting. --cpu-dry-run runs every step at tiny sizes (it catches mistakes; its numbers mean nothing).
 """
 import argparse
 import json
@@ -114,11 +117,11 @@ def halves_rate(num_envs: int, seconds: float) -> float:
 # ---------------------------------------------------------------------------------------------------------
 # The training programs
 # ---------------------------------------------------------------------------------------------------------
-def ours(flags: list, iterations: int, batch: int) -> float:
+def ours(flags: list, iterations: int, batch: int, log: str = None) -> float:
     """Marginal SPS of ppo_atari_envpool.py with `flags` over `iterations` iterations of `batch` steps (no GNU time:
-    a GPU image may lack it)."""
+    a GPU image may lack it); its output appended to `log`."""
     points, _ = our_run(SCRIPT, ["--diagnostics-every", "0", "--total-timesteps", str(iterations * batch)] + flags,
-                        rss=False)
+                        rss=False, log=log)
     return marginal_sps(points)
 
 
@@ -126,16 +129,26 @@ def programs(num_envs: int, num_steps: int, opts) -> dict:
     """name -> f(iterations) giving its marginal SPS at num_envs x num_steps."""
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
     dry = ["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []
-    found = {"ours": lambda k: ours(size + dry, k, batch),
-             "ours --async-envs": lambda k: ours(size + dry + ["--async-envs"], k, batch)}
+    log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
+    found = {"ours": lambda k: ours(size + dry, k, batch, log),
+             "ours --async-envs": lambda k: ours(size + dry + ["--async-envs"], k, batch, log)}
     if opts.cleanrl:  # CUDA where torch sees it
-        found["CleanRL"] = lambda k: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size, rss=False)[0]
+        found["CleanRL"] = lambda k: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size, rss=False,
+                                                       log=log)[0]
     return found
 
 
 # ---------------------------------------------------------------------------------------------------------
 # One run
 # ---------------------------------------------------------------------------------------------------------
+def timed_call(what: str, run, iterations: int) -> float:
+    """run(iterations), its wall time printed as it ends: a run cut short by a time limit still shows what took it."""
+    start = time.time()
+    sps = run(iterations)
+    print(f"   ({what}: {time.time() - start:.0f} s, {sps:,.0f} SPS)", flush=True)
+    return sps
+
+
 def measure(num_envs: int, opts) -> dict:
     num_steps = (16 if opts.cpu_dry_run else 128) if num_envs <= 16 else (16 if opts.cpu_dry_run else 64)
     print(f"== {num_envs} envs ({ENV_ID}, random actions, {opts.seconds:g} s each)", flush=True)
@@ -145,11 +158,11 @@ def measure(num_envs: int, opts) -> dict:
         print(f"   envpool {name:<7} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
     runs = programs(num_envs, num_steps, opts)
     for name, run in runs.items():  # warm-up: torch.compile's and the kernels' caches, CleanRL's imports
-        run(2)
+        timed_call(f"warm-up, {name}, 2 iterations", run, 2)
     sps = {name: [] for name in runs}
     for _ in range(opts.repeats):
         for name, run in runs.items():
-            sps[name].append(run(opts.iterations))
+            sps[name].append(timed_call(f"{name}, {opts.iterations} iterations", run, opts.iterations))
     medians = {name: statistics.median(values) for name, values in sps.items()}
     print(f"   {num_envs} x {num_steps}, {opts.iterations} iterations, median of {opts.repeats}:")
     for name, value in medians.items():
@@ -193,11 +206,12 @@ def main():
     check_cleanrl_checkout(opts.cleanrl, CLEANRL_SCRIPT)
     if opts.out and not os.path.isdir(os.path.dirname(os.path.abspath(opts.out))):
         refuse(f"--out {opts.out}: its folder does not exist")
-    result = {"machine": machine(), "env_id": ENV_ID, "results": [measure(n, opts) for n in counts],
-              "dry_run": opts.cpu_dry_run}
-    if opts.out:
-        with open(opts.out, "w") as f:
-            json.dump(result, f, indent=1)
+    result = {"machine": machine(), "env_id": ENV_ID, "results": [], "dry_run": opts.cpu_dry_run}
+    for n in counts:  # written after each N: a run stopped by a time limit keeps the Ns it finished
+        result["results"].append(measure(n, opts))
+        if opts.out:
+            with open(opts.out, "w") as f:
+                json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -416,6 +416,7 @@ class LevelSampler(NamedTuple):
     static_params: Any
     filter_ratio: int
     filter_steps: int
+    level: Any = None  # random_level on this sampler, jitted: the filter's and the generator's programs share its trace
 
 
 def noop_solves(sampler: LevelSampler, level) -> jnp.ndarray:
@@ -449,7 +450,7 @@ def random_level(sampler: LevelSampler, key):
 
 def candidates_noop_solved(sampler: LevelSampler, key):
     """[ratio] bools: which of the level's candidates a no-op solves."""
-    levels = jax.vmap(functools.partial(random_level, sampler))(candidate_keys(key, sampler.filter_ratio))
+    levels = jax.vmap(sampler.level)(candidate_keys(key, sampler.filter_ratio))
     return jax.vmap(functools.partial(noop_solves, sampler))(levels)
 
 
@@ -523,8 +524,11 @@ def looped(per_call, sharding):
     """per_call (levels or no-op outcomes of G keys) as one program over keys [C, G, 2]: the first `calls` rows in a loop
     on the devices, the rest left zero; so a request's host work is one call whatever its size (was: a host slice, a
     transfer and a dispatch per row)."""
+    per_call = jax.jit(per_call)  # its trace for the carry's shapes is the one the loop body reuses: Kinetix traced once
+
     def run(keys, calls):
-        out = jax.tree.map(lambda s: jnp.zeros((keys.shape[0],) + s.shape, s.dtype), jax.eval_shape(per_call, keys[0]))
+        row = jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype, sharding=sharding)  # the body's row, as constrained
+        out = jax.tree.map(lambda s: jnp.zeros((keys.shape[0],) + s.shape, s.dtype), jax.eval_shape(per_call, row))
 
         def body(i, out):
             made = per_call(jax.lax.with_sharding_constraint(jax.lax.dynamic_index_in_dim(keys, i, keepdims=False),
@@ -1357,6 +1361,7 @@ def make_train(args) -> Train:
 
     sampler = LevelSampler(env=env, env_params=env_params, static_params=static_params,
                            filter_ratio=args.level_filter_ratio, filter_steps=args.level_filter_steps)
+    sampler = sampler._replace(level=jax.jit(functools.partial(random_level, sampler)))
     sharded = NamedSharding(mesh, P("envs"))
     calls = NamedSharding(mesh, P(None, "envs"))  # [loop step, keys over the devices]
     in_calls = (calls, replicated)
@@ -1368,7 +1373,7 @@ def make_train(args) -> Train:
         train_chunk=InStep("chunk", jax.jit(train_chunk, donate_argnums=(2,), out_shardings=(replicated, None, None))),
         # only when diagnostics are on; it reads the runner, never donates it (the next chunk goes on from it)
         diagnose=InStep("diagnose", jax.jit(diagnose, out_shardings=replicated)) if probe_index.size else None,
-        sample=InStep("sample", jax.jit(looped(jax.vmap(functools.partial(random_level, sampler)), sharded),
+        sample=InStep("sample", jax.jit(looped(jax.vmap(sampler.level), sharded),
                                         in_shardings=in_calls, out_shardings=calls)),
         noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
                                                          sharded), in_shardings=in_calls, out_shardings=calls)),

@@ -950,6 +950,40 @@ def test_gpu_jax_check_command_lines_pass_the_scripts_checks_and_match_the_1m_pr
     assert per_gpu["num_minibatches"] == whole.num_minibatches and per_gpu["learning_rate"] == whole.learning_rate
 
 
+def test_gpu_jax_check_stops_before_the_heavy_steps_when_the_scripts_do_not_import(tmp_path):
+    """A SITE folder that lacks a package the scripts import (here tyro, shadowed by one that fails to import): the
+    check says so in one line, runs no heavy step, records the failure in its JSON and exits 2."""
+    site = tmp_path / "site" / "tyro"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tyro'\", name='tyro')\n")
+    out_dir = tmp_path / "out"
+    env = script_env(STEPS="jax2d_default sfl_2048", JAX_PLATFORMS="cpu", SITE=str(tmp_path / "site"))
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_jax_check.sh"), "--cpu-dry-run", str(out_dir)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "error: the JAX scripts do not import here" in out.stdout + out.stderr
+    result = json.load(open(out_dir / "gpu_jax_check.json"))
+    assert result["flags"].startswith("failed: the scripts do not import")
+    assert "jax2d_default" not in result and "sfl_2048" not in result  # the heavy steps never started
+    assert not (out_dir / "jax2d_default.log").exists()
+
+
+def test_gpu_check_stops_after_the_versions_when_the_atari_scripts_do_not_import(tmp_path):
+    """benchmark/gpu_check.sh with a SITE that breaks an import the torch scripts need: versions, one line, the
+    failure in its JSON, exit 2, and no test or SPS step."""
+    site = tmp_path / "site" / "tyro"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tyro'\", name='tyro')\n")
+    out_dir = tmp_path / "out"
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_check.sh"), "--cpu-dry-run", str(out_dir)],
+                         capture_output=True, text=True, env=script_env(SITE=str(tmp_path / "site")), timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "error: the Atari scripts or envpool do not import here" in out.stdout + out.stderr
+    result = json.load(open(out_dir / "gpu_check.json"))
+    assert result["preflight"].startswith("failed") and "versions" in result
+    assert not any(k.startswith("sps_") or k == "gpu_tests" for k in result)
+
+
 def whole_1m_args():
     """sfl_kinetix_jax.py --preset 1m's resolved flags (its hybrid recipe's minibatches and learning rate)."""
     from cleanrl_scaling import sfl_kinetix_jax

@@ -359,6 +359,24 @@ def test_host_calls_for_levels_do_not_grow_with_the_envs(monkeypatch):
     assert [s for s, _ in steps] == [2, 2, 8, 8]  # the work grows: loop steps of 4 levels on the device
 
 
+def test_kinetix_level_generator_is_traced_once_for_the_filter_and_the_generator(monkeypatch):
+    """Tracing Kinetix's random level generator is most of the seconds before a run's first update (on one H200 a run
+    at 8,192 envs was still tracing after 2 minutes): the no-op filter's program and the generator's program share its
+    one trace (the sampler's jitted level), and each looped program traces its body once, its carry's shapes coming
+    from that same trace (it was traced four times). Lowering both programs traces it once."""
+    traced = []
+    real = m.random_level
+    monkeypatch.setattr(m, "random_level", lambda sampler, key: traced.append(key.shape) or real(sampler, key))
+    argv = tiny(1)
+    args = tyro.cli(m.Args, args=argv)
+    m.apply_scaling(args, m.validate(args, argv))
+    train = m.make_train(args)  # its own: shared_make_train's programs may have been traced already
+    keys = jax.ShapeDtypeStruct((2, 4, 2), jnp.uint32, sharding=NamedSharding(train.mesh, P(None, "envs")))
+    train.noop_solved.lower(keys, 2)
+    train.sample.lower(keys, 2)
+    assert traced == [(2,)]  # one key: the unbatched trace both programs batch
+
+
 def test_buffer_statistics_read_only_the_scores(monkeypatch):
     """The K buffer levels stay on the devices; only scores and solve rates reach the host."""
     fetched = []

@@ -463,6 +463,36 @@ def test_fig16a_steady_rate_from_the_scripts_cumulative_sps_rows():
     assert fig16a.steady_rate(chunks[:1], 2000) == (None, [])  # no whole period
 
 
+def test_fig16a_extend_keeps_an_earlier_sittings_runs_and_refuses_another_setting(tmp_path):
+    """--extend: the runs of an earlier sitting's JSON at the same setting are kept with their own dates (a K with an
+    SPS is not run again, so here nothing runs) and judged together; a JSON at another setting is refused in one
+    line, before anything runs."""
+    import subprocess
+    fig16a = load("beukman2026_fig16a_gpu")
+    setting = " ".join(fig16a.bash_string("SFL_1M_PER_GPU") + ["--diagnostics-every", "0"])
+    earlier = {"figure": "x", "date_utc": "2026-11-29 23:03", "machine": {"gpu": "NVIDIA H200"}, "dry_run": False,
+               "setting": setting, "updates": 6,
+               "runs": {"1024": {"steady_SPS": 3000, "chunk_sps": [2900, 3100], "status": "interrupted"},
+                        "8192": {"steady_SPS": 1000, "chunk_sps": [990, 1010], "status": "interrupted",
+                                 "date_utc": "2026-12-01 10:00"}}}
+    json.dump(earlier, open(tmp_path / "earlier.json", "w"))
+    cmd = [sys.executable, os.path.join(ROOT, "benchmark", "beukman2026_fig16a_gpu.py"), "--minibatches", "1024",
+           "8192", "--extend", str(tmp_path / "earlier.json"), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1024 minibatches: kept from" in proc.stdout and "8192 minibatches: kept from" in proc.stdout
+    runs = json.load(open(tmp_path / "out" / "fig16a.json"))["runs"]
+    assert runs["1024"]["date_utc"] == "2026-11-29 23:03" and runs["8192"]["date_utc"] == "2026-12-01 10:00"
+    assert fig16a.verdict({"runs": runs})["verdict"] == "yes" and "verdict: yes" in proc.stdout
+    earlier["setting"] = setting.replace("--num-envs 8192", "--num-envs 4096")
+    json.dump(earlier, open(tmp_path / "other.json", "w"))
+    proc = subprocess.run(cmd[:-3] + [str(tmp_path / "other.json"), "--out", str(tmp_path / "out2")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "measured at another setting" in err[0], proc.stderr
+    assert not (tmp_path / "out2").exists()
+
+
 def test_fig16a_reads_the_per_gpu_shapes_from_their_one_copy():
     """SFL_1M_PER_GPU and SFL_TINY come from gpu_jax_check.sh (the 1m preset per device: 8,192 envs, 1,024
     minibatches), so the figure and the GPU check cannot drift apart."""
@@ -477,6 +507,7 @@ def test_fig16a_reads_the_per_gpu_shapes_from_their_one_copy():
     ("beukman2026_fig16a_gpu", ["--out", "x", "--updates", "5"], "--updates must be even"),
     ("beukman2026_fig16a_gpu", ["--rule", "no_such.json"], "no such file"),
     ("beukman2026_fig16a_gpu", [], "pass --out"),
+    ("beukman2026_fig16a_gpu", ["--out", "x", "--extend", "no_such.json"], "--extend no_such.json: no such file"),
     ("beukman2026_fig13_jax2d_gpu", ["--rule", "no_such.json"], "no such file"),
     ("beukman2026_fig13_jax2d_gpu", ["--out", "x", "--rounds", "0"], "--rounds must be >= 1"),
     ("beukman2026_fig13_jax2d_gpu", ["--out", "x", "--num-envs", "4096"], "must include the base 2048"),
