@@ -448,10 +448,13 @@ def random_level(sampler: LevelSampler, key):
     return sample_kinetix_level(key, engine, sampler.env_params, sampler.static_params, UEDParams())
 
 
-def candidates_noop_solved(sampler: LevelSampler, key):
-    """[ratio] bools: which of the level's candidates a no-op solves."""
-    levels = jax.vmap(sampler.level)(candidate_keys(key, sampler.filter_ratio))
-    return jax.vmap(functools.partial(noop_solves, sampler))(levels)
+def candidates_noop_solved(sampler: LevelSampler, keys):
+    """[G, ratio] bools: which of each of G levels' candidates a no-op solves, the G x ratio candidates made and
+    played as one batch (one vmap: Kinetix's generator and step are batched once in the trace, not twice)."""
+    ratio = sampler.filter_ratio
+    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys).reshape(-1, keys.shape[-1])
+    levels = jax.vmap(sampler.level)(candidates)
+    return jax.vmap(functools.partial(noop_solves, sampler))(levels).reshape(keys.shape[0], ratio)
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -1375,8 +1378,8 @@ def make_train(args) -> Train:
         diagnose=InStep("diagnose", jax.jit(diagnose, out_shardings=replicated)) if probe_index.size else None,
         sample=InStep("sample", jax.jit(looped(jax.vmap(sampler.level), sharded),
                                         in_shardings=in_calls, out_shardings=calls)),
-        noop_solved=InStep("noop_solved", jax.jit(looped(jax.vmap(functools.partial(candidates_noop_solved, sampler)),
-                                                         sharded), in_shardings=in_calls, out_shardings=calls)),
+        noop_solved=InStep("noop_solved", jax.jit(looped(functools.partial(candidates_noop_solved, sampler), sharded),
+                                                  in_shardings=in_calls, out_shardings=calls)),
         score=InStep("score", jax.jit(score_levels)),
         merge=InStep("merge", jax.jit(functools.partial(top_k_by_part, args.per_device_stats))),
         first_solved=jax.jit(first_episode_solved),  # a small program: one device of this process
