@@ -45,6 +45,19 @@ record() {  # record KEY JSON_VALUE: one line of gpu_check.jsonl
   echo "{\"$1\": $2}" >> "$RESULTS"
 }
 
+write_json() {  # the lines of gpu_check.jsonl as one object, with the date and the wall time: gpu_check.json
+  python3 - "$RESULTS" "$OUT_DIR/gpu_check.json" "$START" <<'EOF'
+import json, sys, time
+merged = {}
+for line in open(sys.argv[1]):
+    merged.update(json.loads(line))
+merged["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime(int(sys.argv[3])))
+merged["wall_seconds"] = round(time.time() - int(sys.argv[3]))
+json.dump(merged, open(sys.argv[2], "w"), indent=1)
+print(json.dumps(merged, indent=1))
+EOF
+}
+
 time_left() {  # seconds before DEADLINE_S
   echo $(( DEADLINE_S - ($(date +%s) - START) ))
 }
@@ -86,8 +99,7 @@ record versions "$(python3 -c "import json,sys; print(json.dumps(json.load(open(
 if ! python3 -c "from cleanrl_scaling import ppo_atari_envpool as m, pqn_atari; m.import_envpool()"; then
   echo "error: the Atari scripts or envpool do not import here (above): a package missing from SITE? Stopping" >&2
   record preflight '"failed: the Atari scripts or envpool do not import (log: gpu_check.log)"'
-  python3 -c "import json,sys; m={}; [m.update(json.loads(l)) for l in open(sys.argv[1])]; json.dump(m, open(sys.argv[2], 'w'), indent=1)" \
-    "$RESULTS" "$OUT_DIR/gpu_check.json"
+  write_json > /dev/null
   exit 2
 fi
 
@@ -187,15 +199,6 @@ else
 fi
 
 # ---- one JSON object for docs/gpu.md
-python3 - "$RESULTS" "$OUT_DIR/gpu_check.json" "$START" <<'EOF'
-import json, sys, time
-merged = {}
-for line in open(sys.argv[1]):
-    merged.update(json.loads(line))
-merged["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime(int(sys.argv[3])))
-merged["wall_seconds"] = round(time.time() - int(sys.argv[3]))
-json.dump(merged, open(sys.argv[2], "w"), indent=1)
-print(json.dumps(merged, indent=1))
-EOF
+write_json
 rm -rf "$RUNS"
 echo "== done in $(( $(date +%s) - START )) s: $OUT_DIR/gpu_check.json"

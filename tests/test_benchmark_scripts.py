@@ -950,14 +950,19 @@ def test_gpu_jax_check_command_lines_pass_the_scripts_checks_and_match_the_1m_pr
     assert per_gpu["num_minibatches"] == whole.num_minibatches and per_gpu["learning_rate"] == whole.learning_rate
 
 
-def test_gpu_jax_check_stops_before_the_heavy_steps_when_the_scripts_do_not_import(tmp_path):
-    """A SITE folder that lacks a package the scripts import (here tyro, shadowed by one that fails to import): the
-    check says so in one line, runs no heavy step, records the failure in its JSON and exits 2."""
+def site_without_tyro(tmp_path) -> str:
+    """A SITE folder whose tyro fails to import, as a folder missing a package the scripts need makes them fail."""
     site = tmp_path / "site" / "tyro"
     site.mkdir(parents=True)
     (site / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tyro'\", name='tyro')\n")
+    return str(site.parent)
+
+
+def test_gpu_jax_check_stops_before_the_heavy_steps_when_the_scripts_do_not_import(tmp_path):
+    """A SITE folder that lacks a package the scripts import (here tyro, shadowed by one that fails to import): the
+    check says so in one line, runs no heavy step, records the failure in its JSON and exits 2."""
     out_dir = tmp_path / "out"
-    env = script_env(STEPS="jax2d_default sfl_2048", JAX_PLATFORMS="cpu", SITE=str(tmp_path / "site"))
+    env = script_env(STEPS="jax2d_default sfl_2048", JAX_PLATFORMS="cpu", SITE=site_without_tyro(tmp_path))
     out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_jax_check.sh"), "--cpu-dry-run", str(out_dir)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
@@ -971,12 +976,9 @@ def test_gpu_jax_check_stops_before_the_heavy_steps_when_the_scripts_do_not_impo
 def test_gpu_check_stops_after_the_versions_when_the_atari_scripts_do_not_import(tmp_path):
     """benchmark/gpu_check.sh with a SITE that breaks an import the torch scripts need: versions, one line, the
     failure in its JSON, exit 2, and no test or SPS step."""
-    site = tmp_path / "site" / "tyro"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'tyro'\", name='tyro')\n")
     out_dir = tmp_path / "out"
     out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_check.sh"), "--cpu-dry-run", str(out_dir)],
-                         capture_output=True, text=True, env=script_env(SITE=str(tmp_path / "site")), timeout=300)
+                         capture_output=True, text=True, env=script_env(SITE=site_without_tyro(tmp_path)), timeout=300)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "error: the Atari scripts or envpool do not import here" in out.stdout + out.stderr
     result = json.load(open(out_dir / "gpu_check.json"))
