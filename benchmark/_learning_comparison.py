@@ -207,9 +207,12 @@ def tenths(episodes, total):
 
 
 def summarize(cmp: Comparison, args):
+    """The table, then each arm against the reference: CleanRL, or with args.reference (a row label) one of ours."""
     finals, _ = print_table(cmp, args)
-    if getattr(cmp, "variants", ()) and "CleanRL" in finals:
-        print_verdicts(finals, len(args.seeds), len(args.cleanrl_seeds))
+    reference = getattr(args, "reference", None) or "CleanRL"
+    if getattr(cmp, "variants", ()) and reference in finals:
+        expected = len(args.cleanrl_seeds) if reference == "CleanRL" else len(args.seeds)
+        print_verdicts(finals, len(args.seeds), expected, reference)
 
 
 def print_table(cmp: Comparison, args) -> tuple:
@@ -240,18 +243,19 @@ def print_table(cmp: Comparison, args) -> tuple:
     return finals, evals
 
 
-def print_verdicts(finals, our_seeds, cleanrl_seeds):
+def print_verdicts(finals, our_seeds, reference_seeds, reference="CleanRL"):
     """The rule fixed before the runs (the comparison script's header): parity when the 95% bootstrap interval of
-    mean(ours) - mean(CleanRL) over seeds contains 0; behind (or ahead) when it lies below (above) 0."""
+    mean(arm) - mean(reference) over seeds contains 0; behind (or ahead) when it lies below (above) 0. The interval's
+    half-width is printed: the smallest difference the design could tell."""
     finals = {arm: list(by_seed.values()) for arm, by_seed in finals.items()}
-    theirs = finals["CleanRL"]
-    print(f"CleanRL final per seed: {' '.join(f'{v:.2f}' for v in theirs)} (mean {np.mean(theirs):.2f}, "
+    theirs = finals[reference]
+    print(f"{reference} final per seed: {' '.join(f'{v:.2f}' for v in theirs)} (mean {np.mean(theirs):.2f}, "
           f"range {min(theirs):.2f}..{max(theirs):.2f})")
     for arm, ours in finals.items():
-        if arm == "CleanRL":
+        if arm == reference:
             continue
-        if len(ours) < our_seeds or len(theirs) < cleanrl_seeds:
-            print(f"{arm}: {len(ours)} of {our_seeds} seeds and {len(theirs)} of {cleanrl_seeds} CleanRL seeds "
+        if len(ours) < our_seeds or len(theirs) < reference_seeds:
+            print(f"{arm}: {len(ours)} of {our_seeds} seeds and {len(theirs)} of {reference_seeds} {reference} seeds "
                   "finished; no verdict yet")
             continue
         lo, hi = bootstrap_difference(ours, theirs)
@@ -259,7 +263,8 @@ def print_verdicts(finals, our_seeds, cleanrl_seeds):
         inside = min(theirs) <= np.mean(ours) <= max(theirs)
         print(f"{arm}: per seed {' '.join(f'{v:.2f}' for v in ours)}, mean {np.mean(ours):.2f}; "
               f"difference {np.mean(ours) - np.mean(theirs):+.2f}, 95% bootstrap [{lo:+.2f}, {hi:+.2f}] -> {verdict}"
-              f" (seed mean {'inside' if inside else 'outside'} CleanRL's seed range)")
+              f" (half-width {(hi - lo) / 2:.2f}; seed mean {'inside' if inside else 'outside'} {reference}'s seed "
+              "range)")
 
 
 def parser(description: str, out: str, env_id: str) -> argparse.ArgumentParser:

@@ -19,10 +19,10 @@ step (8x more often at 8192 than at 1024): one GPU shows the compute side of the
 
 Time: on one H200 (2026-11-29) a run had not reached its first update after 120 s: at these shapes the script spends
 minutes tracing and compiling Kinetix's programs first (53 s to build its envs with every program already in JAX's
-compilation cache, 114 s without, then over a minute for the evaluation levels, then the scoring, rollout and update
-programs). So a run gets --run-limit-s 480 s by default, one K fits one 10-minute sitting, and --extend carries the
-runs of one sitting into the next (each run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by
-the runs of one sitting.
+compilation cache, 114 s without, then over a minute for the evaluation levels, which these timed runs no longer
+build (--eval-every 0 --no-final-eval), then the scoring, rollout and update programs). So a run gets --run-limit-s
+480 s by default, one K fits one 10-minute sitting, and --extend carries the runs of one sitting into the next (each
+run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by the runs of one sitting.
 
 THE RULE (committed before any GPU run; docs/reproducing/beukman2026_fig16a_gpu.md):
   * r = steady SPS(1,024 minibatches) / steady SPS(8,192 minibatches).
@@ -229,8 +229,8 @@ def one_run(flags: list, k: int, updates: int, batch: int, period: int, limit: f
     summary), SIGKILL 60 s later."""
     runs = tempfile.mkdtemp(prefix="fig16a_")
     cmd = [sys.executable, os.path.join(ROOT, "cleanrl_scaling", "sfl_kinetix_jax.py"), *flags,
-           "--num-minibatches", str(k), "--eval-every", "0", "--total-timesteps", str(updates * batch),
-           "--progress", "none", "--runs-dir", runs]
+           "--num-minibatches", str(k), "--eval-every", "0", "--no-final-eval",  # timed training, as B26's
+           "--total-timesteps", str(updates * batch), "--progress", "none", "--runs-dir", runs]
 
     def metrics_rows():
         found = [os.path.join(d, "metrics.jsonl") for d in (os.path.join(runs, x) for x in os.listdir(runs))

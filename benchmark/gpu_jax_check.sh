@@ -16,8 +16,9 @@
 # limits are minutes: on one H200 (2026-11-29) sfl_kinetix_jax.py at 8,192 envs was still tracing and compiling,
 # before its first update, when stopped at 2 minutes; on a 10-minute sitting give each SFL step one of its own
 # (STEPS=...). JAX starts without preallocating (XLA_PYTHON_CLIENT_PREALLOCATE=false), so the peak is the run's own,
-# not 75% of the GPU (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs evaluate only at
-# their end (--eval-every 0): the final evaluation is in each step's seconds and peak, not in its SPS.
+# not 75% of the GPU (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs never evaluate
+# (--eval-every 0 --no-final-eval): their seconds and peak are training's alone, and the SFL runs never generate
+# evaluation levels (over a minute of tracing and compiling at 8,192 envs).
 #
 #   bash benchmark/gpu_jax_check.sh [OUT_DIR]               OUT_DIR defaults to $OUT, else runs/gpu_jax_check
 #   SITE=DIR bash benchmark/gpu_jax_check.sh OUT_DIR        DIR, put first on PYTHONPATH: the packages an image
@@ -93,8 +94,9 @@ JAX2D_SETTING=$(sed -n '/^JAX2D_SETTING="/,/"/p' benchmark/_beukman2026_jax2d_ma
 # preset (B26's PPO values, L and rho) with those values, since the 1m preset's hybrid recipe needs its 1M envs
 SFL_1M_PER_GPU="--preset 2048 --num-envs 8192 --sfl-num-levels 32768 --sfl-buffer-size 64 --sfl-filter-batch 4096
   --sfl-update-period 2 --num-minibatches 1024 --learning-rate 2e-4 --updates-per-chunk 2"
-GPU_JAX2D_DEFAULT="--eval-every 0"; GPU_JAX2D_B26="$JAX2D_SETTING --num-envs 2048 --eval-every 0"
-GPU_SFL_2048="--preset 2048 --eval-every 0"; GPU_SFL_1M="$SFL_1M_PER_GPU --eval-every 0"
+TIMED="--eval-every 0 --no-final-eval"  # training only: no evaluation, not even at the end
+GPU_JAX2D_DEFAULT="$TIMED"; GPU_JAX2D_B26="$JAX2D_SETTING --num-envs 2048 $TIMED"
+GPU_SFL_2048="--preset 2048 $TIMED"; GPU_SFL_1M="$SFL_1M_PER_GPU $TIMED"
 if [ "$DRY" = 1 ]; then  # the GPU's flags, then the tiny ones (the last of a repeated flag wins)
   JAX2D_TINY="--num-tasks 8 --num-envs 8 --num-steps 16 --num-minibatches 2 --update-epochs 2 --hidden-size 32
     --diagnostics-states 64 --updates-per-chunk 2 --eval-attempts 1"
@@ -134,7 +136,8 @@ for name, module, flags in zip(["jax2d_default", "jax2d_b26", "sfl_2048", "sfl_1
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             args = module.read_args()[0]
         out[name] = {k: getattr(args, k) for k in ["batch_size", "num_envs", "num_minibatches", "learning_rate",
-                     "sfl_num_levels", "sfl_buffer_size", "sfl_filter_batch", "sfl_update_period"] if hasattr(args, k)}
+                     "sfl_num_levels", "sfl_buffer_size", "sfl_filter_batch", "sfl_update_period", "eval_every",
+                     "final_eval"] if hasattr(args, k)}
     except SystemExit:
         out[name] = "bad flags: " + (err.getvalue().strip().splitlines() or ["?"])[-1]
 print(json.dumps({"flags": out}))

@@ -2,7 +2,7 @@
 in one run: how close the training loop comes to the envs it waits for (docs/gpu.md#atari-at-envpools-limit).
 
     python benchmark/ppo_atari_env_limit.py [--num-envs 8,256] [--seconds 8] [--iterations 8] [--repeats 1]
-                                            [--cleanrl PATH] [--out FILE] [--cpu-dry-run]
+                                            [--cleanrl PATH] [--ours-flags="--no-compile"] [--out FILE] [--cpu-dry-run]
 
 For each N of --num-envs, with nothing else running:
   * envpool alone, Breakout-v5 with the script's wrappers (episodic life, clipped rewards), uniformly random actions,
@@ -20,14 +20,21 @@ CleanRL's, the JSON rewritten after each N; every run's output (its phases, time
 .runs.log, and each run's wall time is printed as it ends, so a run stopped by a time limit shows what took its time.
 On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a minute, and the first warm-up run of ours
 (a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
-10-minute sitting. --cpu-dry-run runs every step at tiny sizes (it catches mistakes; its numbers mean nothing).
+10-minute sitting, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
+envs', not the kernels'). --ours-flags are added to both of ours' runs and recorded in the JSON. --cpu-dry-run runs
+every step at tiny sizes (it catches mistakes; its numbers mean nothing).
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
+import re
+import shlex
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -128,7 +135,7 @@ def ours(flags: list, iterations: int, batch: int, log: str = None) -> float:
 def programs(num_envs: int, num_steps: int, opts) -> dict:
     """name -> f(iterations) giving its marginal SPS at num_envs x num_steps."""
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
-    dry = ["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []
+    dry = (["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []) + shlex.split(opts.ours_flags)
     log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
     found = {"ours": lambda k: ours(size + dry, k, batch, log),
              "ours --async-envs": lambda k: ours(size + dry + ["--async-envs"], k, batch, log)}
@@ -185,6 +192,30 @@ def machine() -> dict:
     return out
 
 
+def check_our_flags(flags: list) -> None:
+    """--ours-flags through the script's own flag checks before anything runs: a typo is one line and exit 2 here,
+    not a failed run minutes into a GPU sitting. The sizes the benchmark sets itself are refused."""
+    taken = {"--num-envs", "--num-steps", "--total-timesteps", "--diagnostics-every", "--async-envs", "--runs-dir"}
+    clash = [f for f in flags if f.split("=")[0] in taken]
+    if clash:
+        refuse(f"--ours-flags {' '.join(clash)}: the benchmark sets these itself")
+    if not flags:
+        return
+    from cleanrl_scaling import ppo_atari_envpool as script
+    saved, said = sys.argv, io.StringIO()
+    sys.argv = [SCRIPT, *flags, "--runs-dir", tempfile.gettempdir()]
+    try:
+        with contextlib.redirect_stderr(said):
+            script.read_args()
+    except SystemExit as e:
+        if e.code:  # the script's one line, or the line of tyro's box that names an unknown or malformed flag
+            lines = [re.sub("[\u2500-\u257f]", "", line).strip() for line in said.getvalue().splitlines()]
+            reason = next((line for line in lines if ": " in line), "rejected by the script")
+            refuse(f"--ours-flags {' '.join(flags)}: {reason.removeprefix('error: ')}")
+    finally:
+        sys.argv = saved
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", default="8,256", help="comma-separated env counts (each even)")
@@ -192,6 +223,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=8, help="iterations of each timed training run")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs of each program, alternated; medians")
     parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
+    parser.add_argument("--ours-flags", default="", help="more flags for both of ours' runs, e.g. --ours-flags=--no-compile")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on CPU: every step runs, numbers mean nothing")
     opts = parser.parse_args()
@@ -206,7 +238,9 @@ def main():
     check_cleanrl_checkout(opts.cleanrl, CLEANRL_SCRIPT)
     if opts.out and not os.path.isdir(os.path.dirname(os.path.abspath(opts.out))):
         refuse(f"--out {opts.out}: its folder does not exist")
-    result = {"machine": machine(), "env_id": ENV_ID, "results": [], "dry_run": opts.cpu_dry_run}
+    check_our_flags(shlex.split(opts.ours_flags))
+    result = {"machine": machine(), "env_id": ENV_ID, "ours_flags": opts.ours_flags, "results": [],
+              "dry_run": opts.cpu_dry_run}
     for n in counts:  # written after each N: a run stopped by a time limit keeps the Ns it finished
         result["results"].append(measure(n, opts))
         if opts.out:

@@ -6,6 +6,7 @@ ppo_atari_envpool.py on one machine: one game (the Breakout pilot), or several (
     python benchmark/ppo_atari_learning.py --cleanrl PATH_TO_CLEANRL_CHECKOUT --study [--seeds 11 ... 20]
         [--parallel K] [--cuda] [--dry-run]
     python benchmark/ppo_atari_learning.py --study --summary-only
+    python benchmark/ppo_atari_learning.py --async-check [--total 400000] [--seeds 1 2 3]
 
 All arms run CleanRL's defaults (8 envs x 128 steps, 4 minibatches x 4 epochs, lr 2.5e-4 annealed, clip 0.1).
 CleanRL's script runs from a copy patched only for envpool 1.x's reset/step tuples (never committed). The runs, the
@@ -18,6 +19,16 @@ The single-game rule (the Breakout pilot, docs/ppo_atari_envpool.md#learning):
 - final return of a run = mean full-game return of the episodes that end in the last 10% of the budget;
 - an arm of ours is at parity with CleanRL when the 95% percentile bootstrap interval (10,000 resamples of each
   side's seeds) of mean(ours) - mean(CleanRL) contains 0; "behind" when the interval lies below 0.
+
+The --async-envs check (--async-check: arms default and async, no CleanRL run, --out runs/ppo_atari_async_check;
+docs/gpu.md#the-envs-in-two-halves): does ours learn with its envs in two alternating halves as with one group? The
+two modes store the same transitions for a policy whose actions are a function of the frames (tested); they differ in
+how the action-sampling draws are split, so a seed's run differs as two seeds' runs do. The rule, fixed before the
+runs: final return as above (last 10% of the budget); D = mean(async) - mean(default) over the seeds with its 95%
+percentile bootstrap interval (10,000 resamples of each side's seeds); no difference detected ("parity") when the
+interval contains 0, reported with its half-width, the smallest difference this design could tell; behind (ahead)
+when it lies below (above) 0. Both arms on the CPU at CleanRL's defaults (8 envs: halves of 4), where both modes are
+defined; the check is of the mode's learning, not of its speed, which needs a GPU.
 
 The five-game study (--study, or --env-ids; docs/ppo_atari_envpool.md#the-five-game-study): Breakout-v5 and
 SpaceInvaders-v5 (where the gap was seen; neither is in Atari-10) and Amidar-v5, KungFuMaster-v5 and Qbert-v5 of
@@ -70,11 +81,13 @@ ARMS = (Variant("ours", STEM),  # default mode: time-limit bootstrapping, masked
         Variant("ours --no-channels-last", f"{STEM}_nochannelslast", ("--no-channels-last",)),
         Variant("ours --diagnostics-every 0", f"{STEM}_nodiag", ("--diagnostics-every", "0")),
         Variant("ours --cleanrl-compat --diagnostics-every 0", f"{STEM}_compat_nodiag",
-                ("--cleanrl-compat", "--diagnostics-every", "0")))
+                ("--cleanrl-compat", "--diagnostics-every", "0")),
+        Variant("ours --async-envs", f"{STEM}_async", ("--async-envs",)))  # the --async-envs check
 ARM_NAMES = {"default": STEM, "compat": f"{STEM}_compat", "no-compile": f"{STEM}_nocompile",
              "no-channels-last": f"{STEM}_nochannelslast", "no-diagnostics": f"{STEM}_nodiag",
-             "compat-no-diagnostics": f"{STEM}_compat_nodiag"}
+             "compat-no-diagnostics": f"{STEM}_compat_nodiag", "async": f"{STEM}_async"}
 
+ASYNC_OUT = "runs/ppo_atari_async_check"
 STUDY_GAMES = ("Breakout-v5", "SpaceInvaders-v5", "Amidar-v5", "KungFuMaster-v5", "Qbert-v5")
 STUDY_SEEDS = tuple(range(11, 21))  # stage A; the pilots used seeds 1-3 (Breakout, SpaceInvaders) and 101
 STUDY_OUT = "runs/ppo_atari_study"
@@ -199,6 +212,11 @@ def game_args(args, game):
 
 
 def check_options(args):
+    if args.async_check:  # ours in both modes, against each other
+        if args.study or args.env_ids or args.cleanrl_seeds:
+            refuse("--async-check: one game, ours against ours; drop --study, --env-ids and --cleanrl-seeds")
+        args.arms, args.cleanrl_seeds, args.reference = ["default", "async"], [], "ours"
+        args.out = args.out or ASYNC_OUT
     if args.study:
         args.env_ids = args.env_ids or list(STUDY_GAMES)
         args.out = args.out or STUDY_OUT
@@ -295,6 +313,8 @@ def main():
     p.add_argument("--cleanrl", help="a CleanRL checkout (its cleanrl/ppo_atari_envpool.py is patched in --out)")
     p.add_argument("--arms", nargs="+", default=["default", "compat"],
                    help=f"which arms of ours: default, compat, and the ablations {', '.join(list(ARM_NAMES)[2:])}")
+    p.add_argument("--async-check", action="store_true",
+                   help=f"ours with --async-envs against ours without, no CleanRL run, --out {ASYNC_OUT}")
     p.add_argument("--study", action="store_true",
                    help=f"the five-game study: --env-ids {' '.join(STUDY_GAMES)}, seeds 11-20, --out {STUDY_OUT}")
     p.add_argument("--env-ids", nargs="+", default=None, help="several games, each in its own folder of --out")

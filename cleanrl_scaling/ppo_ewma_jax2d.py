@@ -145,6 +145,8 @@ class Args(ScalingArgs, RunArgs):
     """log charts/solve_rate over all tasks every K iterations, sampled and greedy (0 = only at the end)"""
     eval_attempts: Optional[int] = None
     """sampled episodes per task and evaluation (default ceil(625/--num-tasks): SE <= 0.5/sqrt(tasks x K) <= 0.02; 79 on 8 tasks)"""
+    final_eval: bool = True
+    """evaluate the final policy (its solve rates in summary.json); --no-final-eval with --eval-every 0 never evaluates: timed runs (B26 Figs. 13/14)"""
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation and checkpoints happen between chunks"""
     init_from: Optional[str] = None
@@ -803,7 +805,7 @@ def apply_scaling(args, scaling: dict) -> None:
 
 # Flags a resume may change besides the shared ones: the evaluation (its own key, never training's: a run may go on
 # with another K), the kept checkpoints, and --init-from, which --resume overrides
-RESUMABLE = ("eval_every", "eval_attempts", "keep_checkpoints", "init_from")
+RESUMABLE = ("eval_every", "eval_attempts", "final_eval", "keep_checkpoints", "init_from")
 # what --init-from must share with its checkpoint: the shapes of the state it continues (network, envs, tasks)
 INIT_FROM_KEYS = ("env_id", "num_envs", "num_tasks", "task_seed", "hidden_size", "num_hidden_layers")
 
@@ -997,22 +999,29 @@ def peak_text(peak: Optional[int]) -> str:
     return "" if peak is None else f", peak device memory {peak / 2**30:.2f} GiB"
 
 
+def final_evaluation(train: Train, args, logger, iteration: int, params) -> dict:
+    """The final policy's solve rates: logged, printed, and returned for summary.json."""
+    last_eval = evaluate_and_log(train, args, logger, iteration, params)
+    rates = {"solve_rate": float(last_eval["charts/solve_rate"]),
+             "solve_rate_greedy": float(last_eval["charts/solve_rate_greedy"])}
+    if "charts/solve_rate_se" in last_eval:
+        rates["solve_rate_se"] = float(last_eval["charts/solve_rate_se"])
+    print(f"solve rate over {args.num_tasks} tasks: {rates['solve_rate']:.4f} sampled "
+          f"(SE {rates.get('solve_rate_se', float('nan')):.4f}, --eval-attempts {args.eval_attempts}), "
+          f"{rates['solve_rate_greedy']:.4f} greedy")
+    return rates
+
+
 def finish_run(train: Train, args, signature: dict, logger, status: str, iteration: int, start_iteration: int,
                clock: ChunkClock, runner: RunnerState) -> None:
-    """summary.json; a finished run is also checkpointed, evaluated and (--save-model) saved."""
+    """summary.json; a finished run is also checkpointed, evaluated (unless --no-final-eval) and (--save-model) saved."""
     final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
     summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": sps_with_warmup}
     if status == "finished":
         save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner)
-        last_eval = evaluate_and_log(train, args, logger, iteration, runner.train.params)
-        summary["solve_rate"] = float(last_eval["charts/solve_rate"])
-        summary["solve_rate_greedy"] = float(last_eval["charts/solve_rate_greedy"])
-        if "charts/solve_rate_se" in last_eval:
-            summary["solve_rate_se"] = float(last_eval["charts/solve_rate_se"])
-        print(f"solve rate over {args.num_tasks} tasks: {summary['solve_rate']:.4f} sampled "
-              f"(SE {summary.get('solve_rate_se', float('nan')):.4f}, --eval-attempts {args.eval_attempts}), "
-              f"{summary['solve_rate_greedy']:.4f} greedy")
+        if args.final_eval:
+            summary.update(final_evaluation(train, args, logger, iteration, runner.train.params))
         if args.save_model:
             model_path = os.path.join(logger.run_dir, f"{args.exp_name}.cleanrl_model")
             atomic_write(model_path, pickle.dumps(jax.device_get(runner.train.params)))

@@ -196,6 +196,8 @@ class Args(ScalingArgs, RunArgs):
     """seed of the random evaluation set: the same levels for every run seed"""
     eval_attempts: int = 20
     """attempts per evaluation level; a level's solve rate is the mean over attempts of 'the first episode solved'"""
+    final_eval: bool = True
+    """evaluate the final policy (its solve rates in summary.json); --no-final-eval with --eval-every 0 never builds the evaluation levels: timed runs (B26 Fig. 16a)"""
     updates_per_chunk: int = 4
     """updates per jitted chunk; logging, evaluation, buffer updates and checkpoints happen between chunks"""
     init_from: Optional[str] = None
@@ -1843,8 +1845,8 @@ def check_per_device_stats(args, num_minibatches: int, filter_batch: int) -> Non
 # Flags a resume may change besides the shared ones: the evaluation (its own levels and key, never training's), the
 # process layout (one process or several compute the same run), --estimate-memory, which trains nothing, and
 # --init-from, which --resume overrides
-RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed", "estimate_memory",
-             "init_from")
+RESUMABLE = ("eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "final_eval", "distributed",
+             "estimate_memory", "init_from")
 # what --init-from must share with its checkpoint: what decides the network parameters' shapes (the env size decides
 # the observation and action sizes), the transformer's widths only for the transformer
 INIT_FROM_KEYS = ("env_size", "network", "hidden_size", "num_hidden_layers")
@@ -2036,9 +2038,9 @@ class Evaluation(NamedTuple):
     key: jnp.ndarray  # its own stream: evaluation never touches training's
 
 
-def load_levels(train: Train, args) -> tuple:
-    """(Evaluation, the --train-levels levels or None): a fixed random evaluation set (the same for every seed), the
-    package's hand-designed levels, and with --train-levels those listed, laid out like fresh ones."""
+def load_evaluation(train: Train, args) -> Evaluation:
+    """A fixed random evaluation set (the same for every seed) and the package's hand-designed levels. Built at the
+    first evaluation, so a run that evaluates late (or never: --eval-every 0 --no-final-eval) starts training sooner."""
     with Phase(f"generating the {args.eval_random_levels} random evaluation levels",
                "Kinetix's no-op filter takes minutes on a CPU, once: the cache keeps it"):
         eval_random = fetch(sample_levels(train, args, jax.random.PRNGKey(args.eval_level_seed),
@@ -2049,13 +2051,20 @@ def load_levels(train: Train, args) -> tuple:
         levels = tree_concat([tile_attempts(jax.tree.map(lambda x: x[:args.eval_random_levels], eval_random),
                                             args.eval_attempts), tile_attempts(handmade, args.eval_attempts)])
         levels = jax.device_put(fetch(levels), jax.local_devices()[0])
-        listed = None
-        if args.train_levels:  # the same levels every update, laid out like fresh ones: envs split over the devices
-            index = jnp.array([names.index(name) for name in args.train_levels])
-            listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
-                               NamedSharding(train.mesh, P(None, "envs")))
-    lockstep("levels")  # the hand-designed levels load on each process alone
-    return Evaluation(levels, names, jax.random.PRNGKey(args.seed + 7919)), listed
+    lockstep("evaluation levels")  # the hand-designed levels load on each process alone
+    return Evaluation(levels, names, jax.random.PRNGKey(args.seed + 7919))
+
+
+def load_train_levels(train: Train, args):
+    """The --train-levels levels, the same every update, laid out like fresh ones (envs split over the devices)."""
+    names = handmade_level_names(args.env_size)
+    with Phase(f"loading the {len(args.train_levels)} hand-designed training levels of size {args.env_size}"):
+        handmade = load_handmade_levels(args.env_size, train.static_params)
+        index = jnp.array([names.index(name) for name in args.train_levels])
+        listed = to_global(fetch(listed_levels(tree_take(handmade, index), args.num_envs, args.updates_per_chunk)),
+                           NamedSharding(train.mesh, P(None, "envs")))
+    lockstep("training levels")  # the hand-designed levels load on each process alone
+    return listed
 
 
 def next_stop(iteration: int, args, first: bool = False) -> int:
@@ -2143,7 +2152,7 @@ def active_time_logger(run_dir: str, config: dict, args, total_steps: int, start
     return logger
 
 
-def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock, evaluation: Evaluation):
+def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock):
     """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
     the checkpoint) with config.json, and its logger; None on the other processes, which write nothing. config.json
     records the --init-from checkpoint and the iteration the run started from, 0 (utils/aggregate.py reads both)."""
@@ -2162,7 +2171,7 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock,
               "start_iteration": 0,  # every run counts from update 0, a new run from --init-from too
               "sfl": {"envs_from_buffer": from_buffer, "envs_fresh": from_fresh,
                       "level_blocks": level_blocks(from_buffer, from_fresh),
-                      "handmade_levels": evaluation.handmade_names, "train_levels": list(args.train_levels)}}
+                      "handmade_levels": handmade_level_names(args.env_size), "train_levels": list(args.train_levels)}}
     logger = active_time_logger(run_dir, config, args, args.num_iterations * args.batch_size,
                                 start_iteration if args.resume else 0, clock)
     announce_run(logger.run_dir)
@@ -2250,22 +2259,26 @@ def peak_text(peak: Optional[int]) -> str:
     return "" if peak is None else f", peak device memory {peak / 2**30:.2f} GiB"
 
 
-def finish_run(train: Train, args, signature: dict, logger, evaluation: Evaluation, status: str, iteration: int,
+def finish_run(train: Train, args, signature: dict, logger, evaluation, status: str, iteration: int,
                start_iteration: int, clock: ChunkClock, runner: RunnerState) -> None:
-    """summary.json; a finished run is also evaluated, checkpointed and (--save-model) saved."""
+    """summary.json; a finished run is also evaluated (unless --no-final-eval), checkpointed and (--save-model) saved.
+    evaluation() gives the evaluation set, built at its first call."""
     final_sps, sps_with_warmup = clock.final_sps((iteration - start_iteration) * args.batch_size)
     summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": sps_with_warmup, "filter_seconds": clock.filter_seconds,
                "filter_share": clock.filter_seconds / max(clock.wall_time(), 1e-9)}
-    if status == "finished":  # evaluated first: the checkpoint's log sizes include the final evaluation
-        with Phase("final evaluation", quiet=True):  # it compiles here when --eval-every 0 evaluated nothing before
-            last_eval = evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
+    if status == "finished":
+        if args.final_eval:  # evaluated first: the checkpoint's log sizes include the final evaluation
+            levels = evaluation()  # generated, and the evaluation compiled, here when --eval-every 0 evaluated nothing
+            with Phase("final evaluation", quiet=True):
+                last_eval = evaluate_and_log(train, args, logger, levels, iteration, runner.train.params)
+            summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
+            summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items()
+                                                     if k.count("/") == 2}
+            print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} "
+                  f"random levels, {summary['solve_rate_handmade']:.4f} on {len(levels.handmade_names)} hand-designed "
+                  f"levels ({args.eval_attempts} attempts each)")
         save_run_checkpoint(logger, args, signature, iteration, clock, runner)
-        summary.update({k.split("/")[1]: v for k, v in last_eval.items() if k.count("/") == 1})
-        summary["solve_rate_handmade_levels"] = {k.split("/")[2]: v for k, v in last_eval.items() if k.count("/") == 2}
-        print(f"solve rate: {summary.get('solve_rate_random', float('nan')):.4f} on {args.eval_random_levels} random "
-              f"levels, {summary['solve_rate_handmade']:.4f} on {len(evaluation.handmade_names)} hand-designed levels "
-              f"({args.eval_attempts} attempts each)")
         lockstep("final")  # process 0 has written the checkpoint
         params = fetch(runner.train.params) if args.save_model else None  # on every process: a collective
         if args.save_model and logger:
@@ -2300,20 +2313,22 @@ def main():
         print_memory_estimate(report)
         return
     runner, hyper = initial_state(train, args, ckpt, template)
-    evaluation, listed = load_levels(train, args)
-    print(f"levels, {len(evaluation.handmade_names)} hand-designed levels and the agent built in {time.time() - t0:.1f}s")
+    listed = load_train_levels(train, args) if args.train_levels else None
+    evaluation = functools.cache(functools.partial(load_evaluation, train, args))  # built at the first evaluation
+    print(f"envs, levels and the agent built in {time.time() - t0:.1f}s")
     start_iteration = ckpt["iteration"] if args.resume else 0
     clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0,
                        ckpt.get("filter_seconds", 0.0) if args.resume else 0.0)
-    logger = open_run(args, scaling, ckpt, start_iteration, clock, evaluation)
+    logger = open_run(args, scaling, ckpt, start_iteration, clock)
     stop = StopFlag()
     lockstep("run directory")  # process 0 has written it
     status, iteration, first = "finished", start_iteration, True
 
     if args.eval_every and not args.resume:  # the initial policy's solve rates: the baseline later ones are read against
-        with Phase(f"first evaluation: {args.eval_random_levels} random + {len(evaluation.handmade_names)} "
+        levels = evaluation()
+        with Phase(f"first evaluation: {args.eval_random_levels} random + {len(levels.handmade_names)} "
                    f"hand-designed levels x {args.eval_attempts} attempts"):
-            evaluate_and_log(train, args, logger, evaluation, 0, runner.train.params)
+            evaluate_and_log(train, args, logger, levels, 0, runner.train.params)
         if agreed_stop(stop):
             status = "interrupted"
             save_run_checkpoint(logger, args, signature, iteration, clock, runner)
@@ -2369,7 +2384,7 @@ def main():
 
         # Evaluate the solve rates; checkpoint; stop at a chunk boundary on SIGINT/SIGTERM (every process or none)
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.num_iterations:
-            evaluate_and_log(train, args, logger, evaluation, iteration, runner.train.params)
+            evaluate_and_log(train, args, logger, evaluation(), iteration, runner.train.params)
         if logger:
             logger.progress(iteration * args.batch_size, sps)
         if agreed_stop(stop):

@@ -909,6 +909,9 @@ ENV_LIMIT = REPO / "benchmark" / "ppo_atari_env_limit.py"
     (["--num-envs", "eight"], "--num-envs 'eight': pass comma-separated integers"),
     (["--iterations", "2"], "--iterations >= 3"),
     (["--cleanrl", "/nonexistent"], "--cleanrl /nonexistent: no cleanrl/ppo_atari_envpool.py there"),
+    (["--ours-flags=--no-compil"], "--ours-flags --no-compil: Unrecognized options: --no-compil"),  # tyro's, one line
+    (["--ours-flags=--learning-rate -1"], "--ours-flags --learning-rate -1: --learning-rate must be a finite number"),
+    (["--ours-flags=--num-steps=32 --no-compile"], "--ours-flags --num-steps=32: the benchmark sets these itself"),
 ])
 def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
     out = subprocess.run(["python3", str(ENV_LIMIT)] + flags, capture_output=True, text=True, cwd=REPO)
@@ -940,6 +943,7 @@ def test_gpu_jax_check_command_lines_pass_the_scripts_checks_and_match_the_1m_pr
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     flags = json.load(open(tmp_path / "gpu_jax_check.json"))["flags"]
     assert all(isinstance(v, dict) for v in flags.values()), flags
+    assert all(v["eval_every"] == 0 and v["final_eval"] is False for v in flags.values())  # timed training only
     assert flags["jax2d_default"]["num_envs"] == flags["jax2d_b26"]["num_envs"] == ppo_ewma_jax2d.Args.num_envs
     preset, devices = sfl_kinetix_jax.PRESETS["1m"], sfl_kinetix_jax.PRESETS["1m"]["per_device_stats"]
     per_gpu = flags["sfl_1m_per_gpu"]

@@ -41,7 +41,7 @@ def tiny(total_iterations: int, **overrides) -> list:
              "hidden-size": 32, "diagnostics-states": 64, "updates-per-chunk": 2, "eval-every": 0, "ewma-com": 2,
              "diagnostics-every": 0, "eval-attempts": 1, "progress": "none", "total-timesteps": total_iterations * BATCH}
     flags.update({k.replace("_", "-"): v for k, v in overrides.items()})
-    return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+    return [x for k, v in flags.items() for x in ((f"--{k}",) if v is True else (f"--{k}", str(v)))]
 
 
 EVAL_TAGS = {"charts/solve_rate", "charts/solve_rate_se", "charts/solve_rate_greedy", "charts/eval_return",
@@ -226,7 +226,8 @@ def test_kl_diagnostics_sum_over_action_dimensions():
 # as a static argument) or never read (how often to log, evaluate and checkpoint; where): runs that differ only in
 # these can share one make_train. COM enters the programs only as the choice PPO (0) or PPO-EWMA (> 0).
 RUNTIME_FIELDS = {"seed", "exp_name", "runs_dir", "resume", "init_from", "progress", "checkpoint_every", "track",
-                  "total_timesteps", "num_iterations", "eval_every", "eval_attempts", "diagnostics_every", "kl_profile",
+                  "total_timesteps", "num_iterations", "eval_every", "eval_attempts", "final_eval", "diagnostics_every",
+                  "kl_profile",
                   "ewma_com", "clip_coef", "ent_coef", "vf_coef", "save_model"}
 MAKE_TRAIN = m.make_train
 
@@ -460,6 +461,21 @@ def test_interrupted_reload_resumes_with_its_init_from_argv(runs, tmp_path, monk
     updates = [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r]
     assert updates == [5, 6, 7, 8]
     assert json.load(open(os.path.join(run_dir, "summary.json")))["status"] == "finished"
+
+
+def test_a_timed_run_never_evaluates(tmp_path, monkeypatch, runs):
+    """--eval-every 0 --no-final-eval (B26 Figs. 13/14's timed runs): no evaluation, not even at the end; the run still
+    finishes with its checkpoint and summary, without solve rates."""
+    def evaluated(*_):
+        raise AssertionError("the run evaluated")
+    monkeypatch.setattr(m, "evaluate_and_log", evaluated)
+    assert run_main(tiny(2, no_final_eval=True) + ["--runs-dir", str(tmp_path)]) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["status"] == "finished" and summary["iteration"] == 2 and summary["SPS"] > 0
+    assert not [k for k in summary if k.startswith("solve_rate")]
+    assert not [r for r in rows(run_dir) if any(k.startswith("charts/solve_rate") for k in r)]
+    assert pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))["iteration"] == 2
 
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch):

@@ -62,9 +62,9 @@ RESUMABLE = {
     "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from", "async_envs"},
     "ppo_procgen": {"eval_every", "eval_episodes", "init_from"},
     "ppo_continuous_mujoco": {"eval_episodes", "init_from"},
-    "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "keep_checkpoints", "init_from"},
-    "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "distributed",
-                        "estimate_memory", "init_from"},
+    "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "final_eval", "keep_checkpoints", "init_from"},
+    "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "final_eval",
+                        "distributed", "estimate_memory", "init_from"},
 }
 COMPUTED = {"batch_size", "num_iterations"}
 # flags with no other valid value to resume with: --capture-video is refused on every run (no renderer), and

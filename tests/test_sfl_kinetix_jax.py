@@ -1244,7 +1244,7 @@ def test_handmade_levels_are_the_packaged_eval_sets():
 # Fields the compiled programs take as arguments (the seed, chunk lengths) or never read (how often to log, evaluate and
 # checkpoint; where): runs that differ only in these share one make_train. Diagnostics enter the programs only as on/off.
 RUNTIME_FIELDS = {"seed", "exp_name", "runs_dir", "resume", "progress", "checkpoint_every", "track", "total_timesteps",
-                  "num_iterations", "eval_every", "diagnostics_every", "kl_profile", "save_model", "estimate_memory"}
+                  "num_iterations", "eval_every", "final_eval", "diagnostics_every", "kl_profile", "save_model", "estimate_memory"}
 MAKE_TRAIN = m.make_train
 
 
@@ -1402,17 +1402,21 @@ def training_curve(run_dir, first=0):
 def runs(tmp_path_factory):
     """In-process runs of the tiny configuration (one set of compiled programs for all)."""
     base = tmp_path_factory.mktemp("sfl_runs")
-    out = {}
-    for name, argv in [
-        ("diag", tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2)),
-        ("nodiag", tiny(4, eval_every=2)),
-        ("half", tiny(2, eval_every=2)),
-    ]:
-        runs_dir = str(base / name)
-        assert run_main(argv + ["--runs-dir", runs_dir]) == 0
-        out[name] = run_dir_of(runs_dir)
-    assert run_main(tiny(4, eval_every=2) + ["--resume", os.path.join(out["half"], "checkpoints", "latest.ckpt")]) == 0
-    out["resumed"] = out["half"]
+    out, built, load_evaluation = {}, [], m.load_evaluation
+    m.load_evaluation = lambda *a: built.append(a) or load_evaluation(*a)  # counts the evaluation sets built
+    try:
+        for name, argv in [
+            ("diag", tiny(4, diagnostics_every=2, checkpoint_every=2, eval_every=2)),
+            ("nodiag", tiny(4, eval_every=2)),
+            ("half", tiny(2, eval_every=2)),
+        ]:
+            runs_dir = str(base / name)
+            assert run_main(argv + ["--runs-dir", runs_dir]) == 0
+            out[name] = run_dir_of(runs_dir)
+        assert run_main(tiny(4, eval_every=2) + ["--resume", os.path.join(out["half"], "checkpoints", "latest.ckpt")]) == 0
+    finally:
+        m.load_evaluation = load_evaluation
+    out["resumed"], out["evaluation_sets_built"] = out["half"], len(built)
     return out
 
 
@@ -1444,6 +1448,7 @@ def test_smoke_run_directory(runs):
         if "losses/policy_loss" in r:
             assert r["diagnostics/grad_norm"] > 0 and r["diagnostics/grad_clip_frac"] in (0.0, 0.25, 0.5, 0.75, 1.0)
     assert sorted(r["iteration"] for r in metrics if "charts/solve_rate_random" in r) == [0, 2, 4]  # 0: the initial policy
+    assert runs["evaluation_sets_built"] == 4  # once per run (the resumed one too), however often it evaluates
     for r in metrics:
         if "sfl/frac_learnable" in r:
             assert 0 <= r["sfl/learnability_mean"] <= r["sfl/learnability_max"] <= 0.25 and 0 <= r["sfl/frac_learnable"] <= 1
@@ -1489,6 +1494,23 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, monkeypatch, runs):
     # the first chunk of a session is one update: the signal is answered after it
     assert summary["status"] == "interrupted" and summary["iteration"] == 1
     assert pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))["iteration"] == 1
+
+
+@pytest.mark.slow
+def test_a_timed_run_never_builds_the_evaluation_levels(tmp_path, monkeypatch, runs):
+    """--eval-every 0 --no-final-eval (B26 Fig. 16a's timed runs): no evaluation set is generated, not even at the end;
+    the run still finishes with its checkpoint and summary, without solve rates."""
+    def built(*_):
+        raise AssertionError("the evaluation levels were built")
+    monkeypatch.setattr(m, "load_evaluation", built)
+    assert run_main(tiny(2, no_final_eval=True) + ["--runs-dir", str(tmp_path)]) == 0
+    run_dir = run_dir_of(str(tmp_path))
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["status"] == "finished" and summary["iteration"] == 2 and summary["SPS"] > 0
+    assert not [k for k in summary if k.startswith("solve_rate")]
+    assert not [r for r in rows(run_dir) if any(k.startswith("charts/solve_rate") for k in r)]
+    assert [r["iteration"] for r in rows(run_dir) if "losses/policy_loss" in r] == [1, 2]
+    assert pickle.load(open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb"))["iteration"] == 2
 
 
 @pytest.mark.slow
