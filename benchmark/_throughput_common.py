@@ -118,16 +118,18 @@ def marginal_sps(points):
     return (s1 - s0) / (t1 - t0)
 
 
-def our_run(script: str, flags: list, rss: bool = True, log: str = None) -> tuple:
+def our_run(script: str, flags: list, rss: bool = True, log: str = None, rows: list = None) -> tuple:
     """One of our training scripts with `flags`, into a temporary runs directory, under /usr/bin/time -v unless not
     `rss` (a machine without GNU time): the (wall_time, global_step) of every logged SPS row, and the peak RSS in MiB
-    (None without rss). `log`: as run_checked's."""
+    (None without rss). `log`: as run_checked's; `rows`, a list: every row of its metrics.jsonl is appended."""
     with tempfile.TemporaryDirectory() as runs:
         out = run_checked((TIME_V if rss else []) + [sys.executable, script, "--runs-dir", runs, "--progress", "none"]
                           + flags, log=log)
         run_dir = os.path.join(runs, os.listdir(runs)[0])
-        rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-        points = [(r["wall_time"], r["global_step"]) for r in rows if "charts/SPS" in r]
+        logged = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        if rows is not None:
+            rows.extend(logged)
+        points = [(r["wall_time"], r["global_step"]) for r in logged if "charts/SPS" in r]
         return points, peak_rss_mib(out.stderr) if rss else None
 
 

@@ -137,7 +137,8 @@ EOF
 done
 cat "$RESULTS.tmp" >> "$RESULTS" 2>/dev/null; rm -f "$RESULTS.tmp"
 
-# ---- SPS of each torch script: summary.json's SPS excludes the first iteration (compile, warm-up)
+# ---- SPS of each torch script: summary.json's SPS excludes the first iteration (compile, warm-up); for the envpool
+# scripts also the medians of their time/* tags over the later iterations (rollout, env waits, update)
 sps_run() {  # sps_run NAME SCRIPT ITERATIONS FLAGS...: ITERATIONS at the script's batch, the SPS recorded as NAME
   local name=$1 script=$2 iterations=$3; shift 3
   if [ "$(time_left)" -lt 30 ]; then
@@ -165,7 +166,21 @@ EOF
   summary=$(ls "$dir"/*/summary.json 2>/dev/null | head -n 1)
   # a finished run counts even if the process then outlived its time limit while closing its envs
   if [ -n "$summary" ] && grep -q '"status": "finished"' "$summary"; then
-    record "sps_$name" "$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); c=json.load(open(sys.argv[1].replace('summary.json','config.json'))); print(json.dumps({'SPS': round(s['SPS']), 'SPS_with_warmup': round(s['SPS_with_warmup']), 'steps': s['global_step'], 'seconds': $(date +%s) - $t0, 'exit_code': $code, 'device': c['device'], 'args': ' '.join(c['argv'])}))" "$summary")"
+    record "sps_$name" "$(python3 - "$summary" "$(( $(date +%s) - t0 ))" "$code" <<'EOF'
+import json, os, statistics, sys
+summary, seconds, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+run = os.path.dirname(summary)
+s, c = json.load(open(summary)), json.load(open(os.path.join(run, "config.json")))
+out = {"SPS": round(s["SPS"]), "SPS_with_warmup": round(s["SPS_with_warmup"]), "steps": s["global_step"],
+       "seconds": seconds, "exit_code": code, "device": c["device"], "args": " ".join(c["argv"])}
+rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+for tag in ("time/rollout_seconds", "time/env_wait_seconds", "time/update_seconds"):  # what bounds the loop
+    values = [r[tag] for r in rows if tag in r and r["iteration"] > 1]  # the first iteration compiles
+    if values:
+        out[tag.split("/")[1] + "_median"] = round(statistics.median(values), 4)
+print(json.dumps(out))
+EOF
+)"
   else
     cp "$RUNS/$name.log" "$OUT_DIR/sps_$name.log"
     grep -m 1 -E "^error|Error" "$RUNS/$name.log" || true

@@ -15,9 +15,11 @@ For each N of --num-envs, with nothing else running:
     --async-envs, then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
     N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
     --iterations iterations, the programs alternated; marginal SPS (the first iteration left out), medians.
-Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, and ours over
-CleanRL's, the JSON rewritten after each N; every run's output (its phases, timed) goes to the --out file's name plus
-.runs.log, and each run's wall time is printed as it ends, so a run stopped by a time limit shows what took its time.
+Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, ours over
+CleanRL's, and ours' loop per iteration (medians of its time/* tags after the first iteration: the rollout, the part of
+it spent waiting on the envs, the update; what keeps ours below the limit), the JSON rewritten after each N; every
+run's output (its phases, timed) goes to the --out file's name plus .runs.log, and each run's wall time is printed as it
+ends, so a run stopped by a time limit shows what took its time.
 On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a minute, and the first warm-up run of ours
 (a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
 10-minute sitting, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
@@ -124,12 +126,23 @@ def halves_rate(num_envs: int, seconds: float) -> float:
 # ---------------------------------------------------------------------------------------------------------
 # The training programs
 # ---------------------------------------------------------------------------------------------------------
-def ours(flags: list, iterations: int, batch: int, log: str = None) -> float:
+def ours(flags: list, iterations: int, batch: int, log: str = None, times: list = None) -> float:
     """Marginal SPS of ppo_atari_envpool.py with `flags` over `iterations` iterations of `batch` steps (no GNU time:
-    a GPU image may lack it); its output appended to `log`."""
+    a GPU image may lack it); its output appended to `log`, its loop's times appended to `times`."""
+    rows = []
     points, _ = our_run(SCRIPT, ["--diagnostics-every", "0", "--total-timesteps", str(iterations * batch)] + flags,
-                        rss=False, log=log)
+                        rss=False, log=log, rows=rows)
+    if times is not None:
+        times.append(loop_times(rows))
     return marginal_sps(points)
+
+
+def loop_times(rows: list) -> dict:
+    """Medians over the iterations after the first (which compiles) of the run's time/* tags, in seconds per
+    iteration: its rollout, the envs' part of it, its update (docs/metrics.md#timing)."""
+    later = [r for r in rows if "time/rollout_seconds" in r and r["iteration"] > 1]
+    return {name: statistics.median(r[f"time/{name}_seconds"] for r in later)
+            for name in ("rollout", "env_wait", "update")} if later else {}
 
 
 def programs(num_envs: int, num_steps: int, opts) -> dict:
@@ -137,21 +150,21 @@ def programs(num_envs: int, num_steps: int, opts) -> dict:
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
     dry = (["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []) + shlex.split(opts.ours_flags)
     log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
-    found = {"ours": lambda k: ours(size + dry, k, batch, log),
-             "ours --async-envs": lambda k: ours(size + dry + ["--async-envs"], k, batch, log)}
+    found = {"ours": lambda k, times=None: ours(size + dry, k, batch, log, times),
+             "ours --async-envs": lambda k, times=None: ours(size + dry + ["--async-envs"], k, batch, log, times)}
     if opts.cleanrl:  # CUDA where torch sees it
-        found["CleanRL"] = lambda k: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size, rss=False,
-                                                       log=log)[0]
+        found["CleanRL"] = lambda k, times=None: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size,
+                                                                   rss=False, log=log)[0]
     return found
 
 
 # ---------------------------------------------------------------------------------------------------------
 # One run
 # ---------------------------------------------------------------------------------------------------------
-def timed_call(what: str, run, iterations: int) -> float:
+def timed_call(what: str, run, iterations: int, times: list = None) -> float:
     """run(iterations), its wall time printed as it ends: a run cut short by a time limit still shows what took it."""
     start = time.time()
-    sps = run(iterations)
+    sps = run(iterations, times)
     print(f"   ({what}: {time.time() - start:.0f} s, {sps:,.0f} SPS)", flush=True)
     return sps
 
@@ -166,17 +179,23 @@ def measure(num_envs: int, opts) -> dict:
     runs = programs(num_envs, num_steps, opts)
     for name, run in runs.items():  # warm-up: torch.compile's and the kernels' caches, CleanRL's imports
         timed_call(f"warm-up, {name}, 2 iterations", run, 2)
-    sps = {name: [] for name in runs}
+    sps, times = {name: [] for name in runs}, {name: [] for name in runs if name != "CleanRL"}
     for _ in range(opts.repeats):
         for name, run in runs.items():
-            sps[name].append(timed_call(f"{name}, {opts.iterations} iterations", run, opts.iterations))
+            sps[name].append(timed_call(f"{name}, {opts.iterations} iterations", run, opts.iterations,
+                                        times.get(name)))
     medians = {name: statistics.median(values) for name, values in sps.items()}
     print(f"   {num_envs} x {num_steps}, {opts.iterations} iterations, median of {opts.repeats}:")
     for name, value in medians.items():
         vs = f", {value / medians['CleanRL']:.2f}x CleanRL" if "CleanRL" in medians and name != "CleanRL" else ""
         print(f"   {name:<18} {value:>10,.0f} SPS  ({value / limits['sync']:.2f} of envpool's sync limit{vs})",
               flush=True)
+    for name, per_run in times.items():  # what bounds ours: the envs (their waits) or the rest of the loop
+        for t in (x for x in per_run if x):
+            print(f"   {name:<18} per iteration: rollout {t['rollout']:.3f} s (waiting on the envs "
+                  f"{t['env_wait']:.3f} s), update {t['update']:.3f} s")
     return {"num_envs": num_envs, "num_steps": num_steps, "envpool_steps_per_s": limits, "sps_runs": sps,
+            "loop_seconds_runs": times,
             "sps_median": medians, "of_sync_limit": {k: v / limits["sync"] for k, v in medians.items()},
             "x_cleanrl": {k: v / medians["CleanRL"] for k, v in medians.items()} if "CleanRL" in medians else None}
 

@@ -205,9 +205,9 @@ def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> 
     """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
     env i with seed + i, so env i plays the same games in both modes)."""
     if not async_envs:
-        return [make_envs(env_id, num_envs, seed)]
+        return [EnvClock(make_envs(env_id, num_envs, seed))]
     half = num_envs // 2
-    return [make_envs(env_id, half, seed), make_envs(env_id, half, seed + half)]
+    return [EnvClock(make_envs(env_id, half, seed)), EnvClock(make_envs(env_id, half, seed + half))]
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -817,8 +817,10 @@ def make_probe(agent, batch, args, autocast, device, ranks):
     return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, chunk, args.num_minibatches * args.update_epochs + 1)
 
 
-def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm):
-    """Rank 0: the finished episodes, CleanRL's charts and losses, and the diagnostics when the probe ran."""
+def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm,
+                  times):
+    """Rank 0: the finished episodes, CleanRL's charts and losses, the loop's times, and the diagnostics when the
+    probe ran."""
     for ep_return, ep_length in finished:
         logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
     scalars = {
@@ -827,7 +829,7 @@ def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr
         "losses/policy_loss": loss_stats.policy_loss, "losses/value_loss": loss_stats.value_loss,
         "losses/entropy": loss_stats.entropy, "losses/old_approx_kl": loss_stats.old_approx_kl,
         "losses/approx_kl": loss_stats.approx_kl, "losses/clipfrac": loss_stats.clipfrac,
-        "losses/explained_variance": ev,
+        "losses/explained_variance": ev, **times,
     }
     if probe is not None:
         diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
@@ -894,7 +896,7 @@ def main():
     state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
-    status, iteration = "finished", start_iteration
+    status, iteration, times = "finished", start_iteration, LoopTimes(groups)
 
     def checkpoint(iteration):
         save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), agent, optimizer,
@@ -908,8 +910,10 @@ def main():
 
         # Rollout: num_steps x local_envs transitions under the current policy
         agent.eval()
+        times.mark("rollout")
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
             finished, state = collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks)
+        times.mark("update")
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -940,6 +944,7 @@ def main():
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
+        times.mark("losses")
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -947,7 +952,7 @@ def main():
             break
         if rank == 0:
             log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
-                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm)
+                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, times.scalars())
 
         if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
             status = "interrupted"
@@ -1652,6 +1657,49 @@ def explained_variance(values, returns, valid) -> float:
     var_y = np.var(y_true) if len(y_true) else 0.0
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
 # <<< shared:explained-variance
+
+
+# >>> shared:loop-timing
+class EnvClock:
+    """An envpool instance whose step and recv are timed: the seconds the loop waits on the envs' CPU threads."""
+
+    def __init__(self, envs):
+        self.envs, self.waited = envs, 0.0
+
+    def __getattr__(self, name):  # reset, send, close, the spaces: envpool's own
+        return getattr(self.envs, name)
+
+    def step(self, action):
+        start = time.perf_counter()
+        try:
+            return self.envs.step(action)
+        finally:
+            self.waited += time.perf_counter() - start
+
+    def recv(self):
+        start = time.perf_counter()
+        try:
+            return self.envs.recv()
+        finally:
+            self.waited += time.perf_counter() - start
+
+
+class LoopTimes:
+    """One iteration's wall seconds (docs/metrics.md#timing): its rollout, the part of it spent waiting on the
+    training envs, and the update (targets, a diagnostics probe, the epochs; ended by reading its losses, which
+    waits for the device): what bounds the loop, env threads or the network."""
+
+    def __init__(self, groups):
+        self.groups, self.marks = groups, {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = (time.perf_counter(), sum(envs.waited for envs in self.groups))
+
+    def scalars(self) -> dict:
+        (start, waited_before), (rolled, waited_after) = self.marks["rollout"], self.marks["update"]
+        return {"time/rollout_seconds": rolled - start, "time/env_wait_seconds": waited_after - waited_before,
+                "time/update_seconds": self.marks["losses"][0] - rolled}
+# <<< shared:loop-timing
 
 
 # >>> shared:torch-compile

@@ -229,9 +229,9 @@ def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> 
     """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
     env i with seed + i, so env i plays the same games in both modes)."""
     if not async_envs:
-        return [make_envs(env_id, num_envs, seed)]
+        return [EnvClock(make_envs(env_id, num_envs, seed))]
     half = num_envs // 2
-    return [make_envs(env_id, half, seed), make_envs(env_id, half, seed + half)]
+    return [EnvClock(make_envs(env_id, half, seed)), EnvClock(make_envs(env_id, half, seed + half))]
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -849,9 +849,9 @@ def make_probe(q_network, b_obs, args, autocast, device, ranks):
 
 
 def log_iteration(logger, q_network, args, global_step, iteration, sps, finished, eval_finished, lr, loss_stats,
-                  probe, grad_norm):
-    """Rank 0: the finished training and greedy-evaluation episodes, the charts and losses, and the diagnostics
-    when the probe ran."""
+                  probe, grad_norm, times):
+    """Rank 0: the finished training and greedy-evaluation episodes, the charts and losses, the loop's times, and
+    the diagnostics when the probe ran."""
     for ep_return, ep_length in finished:
         logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
     for ep_return, ep_length in eval_finished:
@@ -860,7 +860,7 @@ def log_iteration(logger, q_network, args, global_step, iteration, sps, finished
         "charts/learning_rate": lr,
         "charts/SPS": sps,
         "charts/epsilon": rollout_epsilon(global_step - args.batch_size, args.num_steps - 1, args),
-        "losses/td_loss": loss_stats.td_loss, "losses/q_values": loss_stats.q_values,
+        "losses/td_loss": loss_stats.td_loss, "losses/q_values": loss_stats.q_values, **times,
     }
     if probe is not None:
         scalars.update(probe.results(q_network, grad_norm.item()))
@@ -928,7 +928,7 @@ def main():
     state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
-    status, iteration = "finished", start_iteration
+    status, iteration, times = "finished", start_iteration, LoopTimes(groups)
 
     def checkpoint(iteration):
         save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), q_network, optimizer,
@@ -942,9 +942,11 @@ def main():
 
         # Rollout: num_steps x local_envs epsilon-greedy transitions (and the greedy evaluation envs' steps)
         q_network.eval()
+        times.mark("rollout")
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
             finished, eval_finished, state = collect_rollout(groups, q_network, storage, state, stats, args, device,
                                                              autocast, global_step, evaluator, ranks)
+        times.mark("update")
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -969,6 +971,7 @@ def main():
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
+        times.mark("losses")
         if not all_finite(loss_stats, q_network, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -976,7 +979,7 @@ def main():
             break
         if rank == 0:
             log_iteration(logger, q_network, args, global_step, iteration, clock.tick(), finished, eval_finished,
-                          optimizer.param_groups[0]["lr"], loss_stats, probe, grad_norm)
+                          optimizer.param_groups[0]["lr"], loss_stats, probe, grad_norm, times.scalars())
 
         if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
             status = "interrupted"
@@ -1642,6 +1645,49 @@ def actor_critic_weight_norms(agent) -> dict:
     return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
             "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
 # <<< shared:torch-activations
+
+
+# >>> shared:loop-timing
+class EnvClock:
+    """An envpool instance whose step and recv are timed: the seconds the loop waits on the envs' CPU threads."""
+
+    def __init__(self, envs):
+        self.envs, self.waited = envs, 0.0
+
+    def __getattr__(self, name):  # reset, send, close, the spaces: envpool's own
+        return getattr(self.envs, name)
+
+    def step(self, action):
+        start = time.perf_counter()
+        try:
+            return self.envs.step(action)
+        finally:
+            self.waited += time.perf_counter() - start
+
+    def recv(self):
+        start = time.perf_counter()
+        try:
+            return self.envs.recv()
+        finally:
+            self.waited += time.perf_counter() - start
+
+
+class LoopTimes:
+    """One iteration's wall seconds (docs/metrics.md#timing): its rollout, the part of it spent waiting on the
+    training envs, and the update (targets, a diagnostics probe, the epochs; ended by reading its losses, which
+    waits for the device): what bounds the loop, env threads or the network."""
+
+    def __init__(self, groups):
+        self.groups, self.marks = groups, {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = (time.perf_counter(), sum(envs.waited for envs in self.groups))
+
+    def scalars(self) -> dict:
+        (start, waited_before), (rolled, waited_after) = self.marks["rollout"], self.marks["update"]
+        return {"time/rollout_seconds": rolled - start, "time/env_wait_seconds": waited_after - waited_before,
+                "time/update_seconds": self.marks["losses"][0] - rolled}
+# <<< shared:loop-timing
 
 
 # >>> shared:torch-compile

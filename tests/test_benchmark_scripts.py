@@ -929,6 +929,9 @@ def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
     (result,) = json.load(open(tmp_path / "r.json"))["results"]
     assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves"}
     assert set(result["sps_median"]) == {"ours", "ours --async-envs"} and result["x_cleanrl"] is None
+    for (t,) in result["loop_seconds_runs"].values():  # ours' loop per iteration: the env waits inside the rollout
+        assert 0 < t["env_wait"] < t["rollout"] and t["update"] > 0
+    assert "per iteration: rollout" in out.stdout
     assert all(v > 0 for v in list(result["envpool_steps_per_s"].values()) + list(result["sps_median"].values()))
     assert "of envpool's sync limit" in out.stdout
 

@@ -81,9 +81,9 @@ JAX_SCRIPTS = ("ppo_ewma_jax2d", "sfl_kinetix_jax")
 # single-threaded Eigen, and the -O0 of the JAX tests (tests/conftest.py): a third of the default level's compile time
 JAX_ENV = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"}
 COMPILED = {"ppo_atari_envpool": [a for a in RUNS["ppo_atari_envpool"] if a != "--no-compile"]}
-# wall-clock readings (sfl_kinetix_jax times its level filtering) and the JAX scripts' device memory reading (null on
+# wall-clock readings (sfl_kinetix_jax times its level filtering, the envpool scripts their loop's parts) and the JAX scripts' device memory reading (null on
 # CPU, the allocator's peak on a GPU); everything else must repeat exactly
-VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share", "peak_device_bytes")
+VOLATILE = ("wall_time", "SPS", "filter_seconds", "filter_share", "peak_device_bytes", "time/")
 SHAPE_ONLY_ELSEWHERE = ("ppo_continuous_mujoco",)  # MuJoCo's physics rounds differently across CPUs
 
 

@@ -580,6 +580,34 @@ def rollouts(async_envs, num_envs, num_steps, times, seed=7, device="cpu"):
     return out
 
 
+def test_loop_times_by_hand(monkeypatch):
+    """time/*: the rollout from its mark to the update's, the envs' step and recv inside it (send returns at once:
+    not a wait), the update from its mark to the losses' (docs/metrics.md#timing)."""
+    class Envs:
+        sent = []
+
+        def step(self, action):
+            return ("stepped", action)
+
+        def recv(self):
+            return "received"
+
+        def send(self, action):
+            self.sent.append(action)
+    ticks = iter([100.0, 100.5, 101.0, 101.0, 101.25, 102.0, 105.0])
+    monkeypatch.setattr(m.time, "perf_counter", lambda: next(ticks))
+    envs = m.EnvClock(Envs())
+    times = m.LoopTimes([envs])
+    times.mark("rollout")  # 100.0
+    assert envs.step(3) == ("stepped", 3)  # 100.5 .. 101.0
+    envs.send(4)  # envpool's own, untimed
+    assert envs.recv() == "received"  # 101.0 .. 101.25
+    times.mark("update")  # 102.0
+    times.mark("losses")  # 105.0
+    assert envs.sent == [4] and envs.waited == 0.75
+    assert times.scalars() == {"time/rollout_seconds": 2.0, "time/env_wait_seconds": 0.75, "time/update_seconds": 3.0}
+
+
 def test_async_envs_collect_the_transitions_of_one_group(device="cpu"):
     """--async-envs (two halves of the envs stepping in turn through envpool's send/recv) must be a reordering of
     the synchronous rollout: with a policy that is a function of the frames, two consecutive rollouts store the
@@ -869,7 +897,7 @@ EXPECTED_TAGS = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "lo
                  "diagnostics/update_size", "diagnostics/grad_norm", "diagnostics/feature_rank", "diagnostics/srank",
                  "diagnostics/dormant_frac", "diagnostics/dormant_frac_tau0", "diagnostics/dormant_frac_tau0.1",
                  "diagnostics/weight_norm", "diagnostics/grad_kurtosis", "diagnostics/ess_pct",
-                 "diagnostics/policy_variance"]
+                 "diagnostics/policy_variance", "time/rollout_seconds", "time/env_wait_seconds", "time/update_seconds"]
 
 
 def test_smoke_run_writes_a_complete_run_directory(tmp_path):
@@ -892,6 +920,9 @@ def test_smoke_run_writes_a_complete_run_directory(tmp_path):
                 assert math.isfinite(value), (tag, value)
     diag = [r for r in rows if "diagnostics/ddr" in r]
     assert [r["iteration"] for r in diag] == [2, 4]
+    timed = [r for r in rows if "time/rollout_seconds" in r]  # every iteration, its env waits inside its rollout
+    assert [r["iteration"] for r in timed] == [1, 2, 3, 4]
+    assert all(0 < r["time/env_wait_seconds"] < r["time/rollout_seconds"] and r["time/update_seconds"] > 0 for r in timed)
     for r in diag:
         assert r["diagnostics/ddr"] == pytest.approx(64 / r["diagnostics/kl_behavior"])
         assert 0 < r["diagnostics/ess_pct"] <= 100 and 0 <= r["diagnostics/dormant_frac"] <= 1

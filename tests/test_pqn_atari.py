@@ -499,7 +499,8 @@ EXPECTED_TAGS = ["charts/SPS", "charts/learning_rate", "charts/epsilon", "losses
                  "diagnostics/greedy_change", "diagnostics/update_size", "diagnostics/grad_norm",
                  "diagnostics/feature_rank", "diagnostics/srank", "diagnostics/dormant_frac",
                  "diagnostics/dormant_frac_tau0", "diagnostics/dormant_frac_tau0.1", "diagnostics/weight_norm",
-                 "diagnostics/grad_kurtosis", "eval/episodic_return"]
+                 "diagnostics/grad_kurtosis", "eval/episodic_return", "time/rollout_seconds", "time/env_wait_seconds",
+                 "time/update_seconds"]
 
 
 def test_smoke_run_writes_a_complete_run_directory(runs):
