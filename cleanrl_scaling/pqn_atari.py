@@ -1658,16 +1658,15 @@ class EnvClock:
         return getattr(self.envs, name)
 
     def step(self, action):
-        start = time.perf_counter()
-        try:
-            return self.envs.step(action)
-        finally:
-            self.waited += time.perf_counter() - start
+        return self.timed(self.envs.step, action)
 
-    def recv(self):
+    def recv(self):  # --async-envs: send returns at once, recv waits
+        return self.timed(self.envs.recv)
+
+    def timed(self, call, *args):
         start = time.perf_counter()
         try:
-            return self.envs.recv()
+            return call(*args)
         finally:
             self.waited += time.perf_counter() - start
 
