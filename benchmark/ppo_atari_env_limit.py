@@ -242,7 +242,8 @@ def main():
     parser.add_argument("--iterations", type=int, default=8, help="iterations of each timed training run")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs of each program, alternated; medians")
     parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
-    parser.add_argument("--ours-flags", default="", help="more flags for both of ours' runs, e.g. --ours-flags=--no-compile")
+    parser.add_argument("--ours-flags", default="",
+                        help="more flags for both of ours' runs, e.g. --ours-flags=--no-compile")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on CPU: every step runs, numbers mean nothing")
     opts = parser.parse_args()

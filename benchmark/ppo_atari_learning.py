@@ -23,12 +23,14 @@ The single-game rule (the Breakout pilot, docs/ppo_atari_envpool.md#learning):
 The --async-envs check (--async-check: arms default and async, no CleanRL run, --out runs/ppo_atari_async_check;
 docs/gpu.md#the-envs-in-two-halves): does ours learn with its envs in two alternating halves as with one group? The
 two modes store the same transitions for a policy whose actions are a function of the frames (tested); they differ in
-how the action-sampling draws are split, so a seed's run differs as two seeds' runs do. The rule, fixed before the
-runs: final return as above (last 10% of the budget); D = mean(async) - mean(default) over the seeds with its 95%
-percentile bootstrap interval (10,000 resamples of each side's seeds); no difference detected ("parity") when the
-interval contains 0, reported with its half-width, the smallest difference this design could tell; behind (ahead)
-when it lies below (above) 0. Both arms on the CPU at CleanRL's defaults (8 envs: halves of 4), where both modes are
-defined; the check is of the mode's learning, not of its speed, which needs a GPU.
+how the action-sampling draws are made: on a GPU a seed's run differs as two seeds' runs do, while on a CPU the halves
+draw what one batch would, in its order, so there the runs part only by float rounding (at 8 envs, not at all: the
+check ran on a CPU gave the same run twice; it needs --cuda). The rule, fixed before the runs: final return as above
+(last 10% of the budget); D = mean(async) - mean(default) over the seeds with its 95% percentile bootstrap interval
+(10,000 resamples of each side's seeds); no difference detected ("parity") when the interval contains 0, reported
+with its half-width, the smallest difference this design could tell; behind (ahead) when it lies below (above) 0.
+Both arms at CleanRL's defaults (8 envs: halves of 4), on the CPU unless --cuda; the check is of the mode's learning,
+not of its speed.
 
 The five-game study (--study, or --env-ids; docs/ppo_atari_envpool.md#the-five-game-study): Breakout-v5 and
 SpaceInvaders-v5 (where the gap was seen; neither is in Atari-10) and Amidar-v5, KungFuMaster-v5 and Qbert-v5 of
