@@ -137,8 +137,8 @@ EOF
 done
 cat "$RESULTS.tmp" >> "$RESULTS" 2>/dev/null; rm -f "$RESULTS.tmp"
 
-# ---- SPS of each torch script: summary.json's SPS excludes the first iteration (compile, warm-up); for the envpool
-# scripts also the medians of their time/* tags over the later iterations (rollout, env waits, update)
+# ---- SPS of each torch script: summary.json's SPS excludes the first iteration (compile, warm-up); also the medians
+# of its time/* tags over the later iterations (rollout, env waits, update)
 sps_run() {  # sps_run NAME SCRIPT ITERATIONS FLAGS...: ITERATIONS at the script's batch, the SPS recorded as NAME
   local name=$1 script=$2 iterations=$3; shift 3
   if [ "$(time_left)" -lt 30 ]; then

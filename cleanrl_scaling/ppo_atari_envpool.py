@@ -1661,19 +1661,19 @@ def explained_variance(values, returns, valid) -> float:
 
 # >>> shared:loop-timing
 class EnvClock:
-    """An envpool instance whose step and recv are timed: the seconds the loop waits on the envs' CPU threads."""
+    """Training envs whose step (and envpool's recv) is timed: the seconds the loop waits on the envs."""
 
     def __init__(self, envs):
-        self.envs, self.waited = envs, 0.0
+        self.inner, self.waited = envs, 0.0
 
-    def __getattr__(self, name):  # reset, send, close, the spaces: envpool's own
-        return getattr(self.envs, name)
+    def __getattr__(self, name):  # reset, send, close, the spaces, saved states: the envs' own
+        return getattr(self.inner, name)
 
     def step(self, action):
-        return self.timed(self.envs.step, action)
+        return self.timed(self.inner.step, action)
 
-    def recv(self):  # --async-envs: send returns at once, recv waits
-        return self.timed(self.envs.recv)
+    def recv(self):  # envpool's --async-envs: send returns at once, recv waits
+        return self.timed(self.inner.recv)
 
     def timed(self, call, *args):
         start = time.perf_counter()

@@ -1042,8 +1042,10 @@ def make_probe(agent, batch, args, autocast, device, ranks):
     return DiagnosticProbe(agent, diag_obs, diag_actions, autocast, args.num_minibatches * args.update_epochs + 1)
 
 
-def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm):
-    """Rank 0: the finished episodes, CleanRL's charts and losses, and the diagnostics when the probe ran."""
+def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm,
+                  times):
+    """Rank 0: the finished episodes, CleanRL's charts and losses, the loop's times, and the diagnostics when the
+    probe ran."""
     for ep_return, ep_length in finished:
         logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
     scalars = {
@@ -1052,7 +1054,7 @@ def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr
         "losses/policy_loss": loss_stats.policy_loss, "losses/value_loss": loss_stats.value_loss,
         "losses/entropy": loss_stats.entropy, "losses/old_approx_kl": loss_stats.old_approx_kl,
         "losses/approx_kl": loss_stats.approx_kl, "losses/clipfrac": loss_stats.clipfrac,
-        "losses/explained_variance": ev,
+        "losses/explained_variance": ev, **times,
     }
     if probe is not None:
         diag, seq, ref = probe.results(agent, args.batch_size, grad_norm.item())
@@ -1104,7 +1106,8 @@ def main():
     saved = ckpt["ranks"][rank] if ckpt else init_statistics(init, rank, local_envs)
     restart = saved is not None and saved["envs"] is None
     env_seed = args.seed + rank * local_envs + (1_000_003 * start_iteration if restart else 0)
-    envs = make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads, uses_same_step(args))
+    envs = EnvClock(make_envs(args.env_id, local_envs, env_seed, args.env_backend, args.env_threads,
+                              uses_same_step(args)))  # times its steps: time/env_wait_seconds
     obs_space, act_space = spaces(envs)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); "
@@ -1125,7 +1128,7 @@ def main():
     state = start_envs(envs, normalizer, stats, saved, restart, local_envs, device)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
-    status, iteration = "finished", start_iteration
+    status, iteration, times = "finished", start_iteration, LoopTimes([envs])
 
     def checkpoint(iteration):
         save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), agent, optimizer, envs,
@@ -1139,9 +1142,11 @@ def main():
 
         # Rollout: num_steps x local_envs transitions under the current policy, observations normalised
         agent.eval()
+        times.mark("rollout")
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
             finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
                                               ranks)
+        times.mark("update")
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -1168,6 +1173,7 @@ def main():
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
+        times.mark("losses")
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -1175,7 +1181,7 @@ def main():
             break
         if rank == 0:
             log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
-                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm)
+                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, times.scalars())
 
         if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
             status = "interrupted"
@@ -1880,6 +1886,48 @@ def explained_variance(values, returns, valid) -> float:
     var_y = np.var(y_true) if len(y_true) else 0.0
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
 # <<< shared:explained-variance
+
+
+# >>> shared:loop-timing
+class EnvClock:
+    """Training envs whose step (and envpool's recv) is timed: the seconds the loop waits on the envs."""
+
+    def __init__(self, envs):
+        self.inner, self.waited = envs, 0.0
+
+    def __getattr__(self, name):  # reset, send, close, the spaces, saved states: the envs' own
+        return getattr(self.inner, name)
+
+    def step(self, action):
+        return self.timed(self.inner.step, action)
+
+    def recv(self):  # envpool's --async-envs: send returns at once, recv waits
+        return self.timed(self.inner.recv)
+
+    def timed(self, call, *args):
+        start = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.waited += time.perf_counter() - start
+
+
+class LoopTimes:
+    """One iteration's wall seconds (docs/metrics.md#timing): its rollout, the part of it spent waiting on the
+    training envs, and the update (targets, a diagnostics probe, the epochs; ended by reading its losses, which
+    waits for the device): what bounds the loop, env threads or the network."""
+
+    def __init__(self, groups):
+        self.groups, self.marks = groups, {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = (time.perf_counter(), sum(envs.waited for envs in self.groups))
+
+    def scalars(self) -> dict:
+        (start, waited_before), (rolled, waited_after) = self.marks["rollout"], self.marks["update"]
+        return {"time/rollout_seconds": rolled - start, "time/env_wait_seconds": waited_after - waited_before,
+                "time/update_seconds": self.marks["losses"][0] - rolled}
+# <<< shared:loop-timing
 
 
 # >>> shared:torch-compile

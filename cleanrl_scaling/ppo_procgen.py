@@ -938,9 +938,9 @@ def make_probe(agent, batch, args, autocast, device, ranks):
 
 
 def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr, loss_stats, ev, probe, grad_norm,
-                  device, autocast):
-    """Rank 0: the finished episodes, CleanRL's charts and losses, the test-level return every --eval-every
-    iterations, and the diagnostics when the probe ran."""
+                  times, device, autocast):
+    """Rank 0: the finished episodes, CleanRL's charts and losses, the loop's times, the test-level return every
+    --eval-every iterations, and the diagnostics when the probe ran."""
     for ep_return, ep_length in finished:
         logger.log(global_step, iteration, {"charts/episodic_return": ep_return, "charts/episodic_length": ep_length})
     scalars = {
@@ -949,7 +949,7 @@ def log_iteration(logger, agent, args, global_step, iteration, sps, finished, lr
         "losses/policy_loss": loss_stats.policy_loss, "losses/value_loss": loss_stats.value_loss,
         "losses/entropy": loss_stats.entropy, "losses/old_approx_kl": loss_stats.old_approx_kl,
         "losses/approx_kl": loss_stats.approx_kl, "losses/clipfrac": loss_stats.clipfrac,
-        "losses/explained_variance": ev,
+        "losses/explained_variance": ev, **times,
     }
     if args.num_levels > 0 and args.eval_every > 0 and iteration % args.eval_every == 0:
         # Cobbe et al.: the return on the full level distribution, against training's on num_levels
@@ -1005,7 +1005,7 @@ def main():
     continue_games = saved_envs is not None and saved_envs["games"] is not None
     env_seed = args.seed + rank * local_envs + (0 if continue_games else 1_000_003 * start_iteration)
     with Phase(f"starting {local_envs} {args.env_id} envs", show=rank == 0):
-        envs = make_envs(args, local_envs, env_seed)
+        envs = EnvClock(make_envs(args, local_envs, env_seed))  # times its steps: time/env_wait_seconds
     agent, optimizer = build_agent(args, envs.action_space.n, device)
     if ckpt:
         restore(ckpt, agent, optimizer, args, rank, device, env_seed, continue_games)
@@ -1026,7 +1026,7 @@ def main():
         state = restore_envs(saved_envs, envs, stats, normalizer, state, continue_games, local_envs, device)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
-    status, iteration = "finished", start_iteration
+    status, iteration, times = "finished", start_iteration, LoopTimes([envs])
 
     def checkpoint(iteration):
         save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), agent, optimizer, envs,
@@ -1040,9 +1040,11 @@ def main():
 
         # Rollout: num_steps x local_envs transitions under the current policy
         agent.eval()
+        times.mark("rollout")
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
             finished, state = collect_rollout(envs, agent, storage, state, stats, normalizer, args, device, autocast,
                                               ranks)
+        times.mark("update")
         finished = ranks.gather_list(finished)
         global_step += args.batch_size
 
@@ -1068,6 +1070,7 @@ def main():
 
         # Non-finite loss or parameters: stop, keep the last good checkpoint (docs/run_directory.md#failure-behaviour)
         loss_stats = loss_stats.floats()
+        times.mark("losses")
         if not all_finite(loss_stats, agent, world_size, device):
             print(f"error: non-finite loss or parameters at iteration {iteration} (step {global_step}); "
                   "the last good checkpoint is kept. Lower --learning-rate or check the inputs.", file=sys.stderr)
@@ -1075,7 +1078,8 @@ def main():
             break
         if rank == 0:
             log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
-                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, device, autocast)
+                          optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, times.scalars(), device,
+                          autocast)
 
         if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
             status = "interrupted"
@@ -1756,6 +1760,48 @@ def actor_critic_weight_norms(agent) -> dict:
     return {"diagnostics/actor_weight_norm": float(np.linalg.norm(flat_numpy(actor))),
             "diagnostics/critic_weight_norm": float(np.linalg.norm(flat_numpy(critic)))}
 # <<< shared:torch-activations
+
+
+# >>> shared:loop-timing
+class EnvClock:
+    """Training envs whose step (and envpool's recv) is timed: the seconds the loop waits on the envs."""
+
+    def __init__(self, envs):
+        self.inner, self.waited = envs, 0.0
+
+    def __getattr__(self, name):  # reset, send, close, the spaces, saved states: the envs' own
+        return getattr(self.inner, name)
+
+    def step(self, action):
+        return self.timed(self.inner.step, action)
+
+    def recv(self):  # envpool's --async-envs: send returns at once, recv waits
+        return self.timed(self.inner.recv)
+
+    def timed(self, call, *args):
+        start = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.waited += time.perf_counter() - start
+
+
+class LoopTimes:
+    """One iteration's wall seconds (docs/metrics.md#timing): its rollout, the part of it spent waiting on the
+    training envs, and the update (targets, a diagnostics probe, the epochs; ended by reading its losses, which
+    waits for the device): what bounds the loop, env threads or the network."""
+
+    def __init__(self, groups):
+        self.groups, self.marks = groups, {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = (time.perf_counter(), sum(envs.waited for envs in self.groups))
+
+    def scalars(self) -> dict:
+        (start, waited_before), (rolled, waited_after) = self.marks["rollout"], self.marks["update"]
+        return {"time/rollout_seconds": rolled - start, "time/env_wait_seconds": waited_after - waited_before,
+                "time/update_seconds": self.marks["losses"][0] - rolled}
+# <<< shared:loop-timing
 
 
 # >>> shared:torch-compile

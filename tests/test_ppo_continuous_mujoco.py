@@ -26,7 +26,8 @@ from inprocess import main_inprocess  # noqa: E402
 TINY = ["--env-id", "HalfCheetah-v4", "--num-envs", "2", "--num-steps", "32", "--minibatch-size", "16",
         "--update-epochs", "2", "--diagnostics-states", "64", "--progress", "none", "--no-compile"]
 CLEANRL_TAGS = ["charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss", "losses/entropy",
-                "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance"]
+                "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+                "time/rollout_seconds", "time/env_wait_seconds", "time/update_seconds"]  # and the loop's times
 DIAG_TAGS = ["kl_behavior", "ddr", "seq_kl_mean", "ref_kl_mean", "update_size", "grad_norm", "feature_rank", "srank",
              "dormant_frac", "dormant_frac_tau0", "dormant_frac_tau0.1", "weight_norm", "actor_weight_norm",
              "critic_weight_norm", "critic_feature_rank", "critic_dormant_frac", "grad_kurtosis", "ess_pct",

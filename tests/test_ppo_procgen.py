@@ -279,6 +279,7 @@ def test_mismatched_checkpoint_exits_2(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ end to end
 EXPECTED_TAGS = ["charts/SPS", "charts/learning_rate", "charts/episodic_return", "charts/episodic_length",
+                 "time/rollout_seconds", "time/env_wait_seconds", "time/update_seconds",
                  "charts/test_return", "losses/policy_loss", "losses/value_loss", "losses/entropy",
                  "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
                  "diagnostics/kl_behavior", "diagnostics/ddr", "diagnostics/seq_kl_mean", "diagnostics/ref_kl_mean",
