@@ -10,6 +10,7 @@ torch is imported only inside the Atari timings: the JAX benchmarks import this 
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,15 @@ def our_run(script: str, flags: list, rss: bool = True, log: str = None, rows: l
             rows.extend(logged)
         points = [(r["wall_time"], r["global_step"]) for r in logged if "charts/SPS" in r]
         return points, peak_rss_mib(out.stderr) if rss else None
+
+
+def loop_time_medians(rows: list) -> dict:
+    """Medians of a torch script's time/* tags over the iterations after the first (which compiles), in seconds per
+    iteration: its rollout, the part of it spent waiting on the envs, its update (docs/metrics.md#timing); {} when the
+    run logged none."""
+    later = [r for r in rows if "time/rollout_seconds" in r and r["iteration"] > 1]
+    return {name: statistics.median(r[f"time/{name}_seconds"] for r in later)
+            for name in ("rollout", "env_wait", "update")} if later else {}
 
 
 def cleanrl_points(stdout: str, batch: int) -> list:

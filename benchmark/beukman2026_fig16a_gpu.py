@@ -19,8 +19,8 @@ step (8x more often at 8192 than at 1024): one GPU shows the compute side of the
 
 Time: on one H200 (2026-11-29) a run had not reached its first update after 120 s: at these shapes the script spends
 minutes tracing and compiling Kinetix's programs first (53 s to build its envs with every program already in JAX's
-compilation cache, 114 s without, then over a minute for the evaluation levels, which these timed runs no longer
-build (--eval-every 0 --no-final-eval), then the scoring, rollout and update programs). So a run gets --run-limit-s
+compilation cache, 114 s without, then over a minute for the evaluation levels, which these timed runs do not build
+(--eval-every 0 --no-final-eval), then the scoring, rollout and update programs). So a run gets --run-limit-s
 480 s by default, one K fits one 10-minute sitting, and --extend carries the runs of one sitting into the next (each
 run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by the runs of one sitting.
 

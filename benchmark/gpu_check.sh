@@ -167,17 +167,17 @@ EOF
   # a finished run counts even if the process then outlived its time limit while closing its envs
   if [ -n "$summary" ] && grep -q '"status": "finished"' "$summary"; then
     record "sps_$name" "$(python3 - "$summary" "$(( $(date +%s) - t0 ))" "$code" <<'EOF'
-import json, os, statistics, sys
+import json, os, sys
+sys.path.insert(0, "benchmark")
+from _throughput_common import loop_time_medians
 summary, seconds, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 run = os.path.dirname(summary)
 s, c = json.load(open(summary)), json.load(open(os.path.join(run, "config.json")))
 out = {"SPS": round(s["SPS"]), "SPS_with_warmup": round(s["SPS_with_warmup"]), "steps": s["global_step"],
        "seconds": seconds, "exit_code": code, "device": c["device"], "args": " ".join(c["argv"])}
 rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-for tag in ("time/rollout_seconds", "time/env_wait_seconds", "time/update_seconds"):  # what bounds the loop
-    values = [r[tag] for r in rows if tag in r and r["iteration"] > 1]  # the first iteration compiles
-    if values:
-        out[tag.split("/")[1] + "_median"] = round(statistics.median(values), 4)
+for name, median in loop_time_medians(rows).items():  # what bounds the loop
+    out[f"{name}_seconds_median"] = round(median, 4)
 print(json.dumps(out))
 EOF
 )"

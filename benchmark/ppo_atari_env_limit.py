@@ -44,8 +44,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from _throughput_common import (check_cleanrl_checkout, check_repeats, int_list, marginal_sps,  # noqa: E402
-                                our_run, refuse, run_cleanrl_atari)
+from _throughput_common import (check_cleanrl_checkout, check_repeats, int_list, loop_time_medians,  # noqa: E402
+                                marginal_sps, our_run, refuse, run_cleanrl_atari)
 
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 CLEANRL_SCRIPT = "ppo_atari_envpool.py"  # CleanRL's, in cleanrl/ of its checkout
@@ -133,16 +133,8 @@ def ours(flags: list, iterations: int, batch: int, log: str = None, times: list 
     points, _ = our_run(SCRIPT, ["--diagnostics-every", "0", "--total-timesteps", str(iterations * batch)] + flags,
                         rss=False, log=log, rows=rows)
     if times is not None:
-        times.append(loop_times(rows))
+        times.append(loop_time_medians(rows))
     return marginal_sps(points)
-
-
-def loop_times(rows: list) -> dict:
-    """Medians over the iterations after the first (which compiles) of the run's time/* tags, in seconds per
-    iteration: its rollout, the envs' part of it, its update (docs/metrics.md#timing)."""
-    later = [r for r in rows if "time/rollout_seconds" in r and r["iteration"] > 1]
-    return {name: statistics.median(r[f"time/{name}_seconds"] for r in later)
-            for name in ("rollout", "env_wait", "update")} if later else {}
 
 
 def programs(num_envs: int, num_steps: int, opts) -> dict:

@@ -405,6 +405,7 @@ def handmade_level_names(env_size: str) -> list:
     return sorted(f"{env_size}/{os.path.basename(p)[:-len('.json')]}" for p in glob.glob(os.path.join(folder, "*.json")))
 
 
+@functools.lru_cache(maxsize=2)  # --train-levels and the evaluation read the same levels: loaded once
 def load_handmade_levels(env_size: str, static_params):
     from kinetix.util.saving import load_evaluation_levels
     levels, _ = load_evaluation_levels(handmade_level_names(env_size), static_env_params_override=static_params)

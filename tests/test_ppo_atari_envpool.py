@@ -593,7 +593,7 @@ def test_halves_draw_the_batchs_actions_on_cpu():
     for got, want in zip((torch.cat(x) for x in zip(*halves)), whole):
         assert torch.equal(got, want)
     torch.manual_seed(8)
-    assert not torch.equal(m.sample_actions(logits.repeat(50, 1))[0][:8], whole[0])  # another draw: other actions
+    assert not torch.equal(m.sample_actions(logits)[0], whole[0])  # another seed's draws: other actions
 
 
 def test_loop_times_by_hand(monkeypatch):

@@ -320,6 +320,16 @@ def test_marginal_sps_from_cleanrls_cumulative_lines_by_hand():
     assert math.isclose(common.marginal_sps(points), 2000 / (3000 / 180 - 10))
 
 
+def test_loop_time_medians_leave_out_the_first_iteration_by_hand():
+    """Medians of the time/* tags over iterations 2-4 (the first compiles); rows without them (episodes) ignored."""
+    common = load("_throughput_common")
+    times = {1: (9.0, 1.0, 30.0), 2: (2.0, 1.0, 0.5), 3: (4.0, 3.0, 0.7), 4: (3.0, 2.0, 0.6)}
+    rows = [{"iteration": i, "time/rollout_seconds": r, "time/env_wait_seconds": e, "time/update_seconds": u}
+            for i, (r, e, u) in times.items()] + [{"iteration": 3, "charts/episodic_return": 5.0}]
+    assert common.loop_time_medians(rows) == {"rollout": 3.0, "env_wait": 2.0, "update": 0.6}
+    assert common.loop_time_medians(rows[:1]) == {}  # one iteration: nothing after the compile
+
+
 def test_peak_rss_is_read_from_gnu_time():
     common = load("_throughput_common")
     out = common.run_checked(common.TIME_V + [sys.executable, "-c", "x = bytearray(300 * 2**20)"])
