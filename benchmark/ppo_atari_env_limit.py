@@ -10,7 +10,10 @@ For each N of --num-envs, with nothing else running:
       sync    one instance stepping all N at once (step = send + recv): what a synchronous rollout waits for;
       async   one instance of N envs with batch_size N/2: recv returns the first N/2 envs to finish, which are sent
               their actions at once (envpool's asynchronous mode);
-      halves  two instances of N/2 envs stepping in turn through send/recv: --async-envs' pattern, without the network.
+      halves  two instances of N/2 envs stepping in turn through send/recv: --async-envs' pattern, without the network;
+              then where its rate goes: halves of half the cores' threads each, those pinned apart (half 1 on the
+              first half of the cores, half 2 on the rest), and one instance of all N pinned (pinned rows only where
+              this process may use every core of the machine);
   * ppo_atari_envpool.py at N envs x T steps (T = 128 at N <= 16, CleanRL's default, else 64), synchronous and
     --async-envs, then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
     N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
@@ -55,11 +58,20 @@ ENV_ID = "Breakout-v5"
 # ---------------------------------------------------------------------------------------------------------
 # envpool alone
 # ---------------------------------------------------------------------------------------------------------
-def make_pool(num_envs: int, seed: int, batch_size: int = 0):
-    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous."""
+def make_pool(num_envs: int, seed: int, batch_size: int = 0, threads: int = 0, first_core: int = -1):
+    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous; threads 0 is envpool's
+    default (min(batch_size, cores)); first_core >= 0 pins its threads to the cores from there on (-1: not pinned)."""
     from cleanrl_scaling.ppo_atari_envpool import import_envpool
     return import_envpool().make(ENV_ID, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size or num_envs,
-                                 seed=seed, episodic_life=True, reward_clip=True)
+                                 seed=seed, episodic_life=True, reward_clip=True, num_threads=threads,
+                                 thread_affinity_offset=first_core)
+
+
+def pinnable_cores() -> int:
+    """The cores envpool may pin threads to (it numbers them from 0): all of the machine's, or 0 where this process
+    may use only some of them (a cgroup or taskset), so that pinning would name cores it cannot run on."""
+    allowed = os.sched_getaffinity(0)
+    return len(allowed) if allowed == set(range(os.cpu_count())) else 0
 
 
 def timed(step, seconds: float, warmup: int = 20) -> float:
@@ -72,8 +84,8 @@ def timed(step, seconds: float, warmup: int = 20) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def sync_rate(num_envs: int, seconds: float) -> float:
-    envs, rng = make_pool(num_envs, 1), np.random.default_rng(0)
+def sync_rate(num_envs: int, seconds: float, first_core: int = -1) -> float:
+    envs, rng = make_pool(num_envs, 1, first_core=first_core), np.random.default_rng(0)
     envs.reset()
     n = envs.action_space.n
 
@@ -102,9 +114,13 @@ def async_rate(num_envs: int, seconds: float) -> float:
         envs.close()
 
 
-def halves_rate(num_envs: int, seconds: float) -> float:
+def halves_rate(num_envs: int, seconds: float, threads: int = 0, pinned: bool = False) -> float:
+    """threads per half (0: envpool's default, each half as many as the cores); pinned: half 1 on the first `threads`
+    cores, half 2 on the next ones."""
     half = num_envs // 2
-    pools, rng = [make_pool(half, 1), make_pool(half, 1 + half)], np.random.default_rng(0)
+    pools = [make_pool(half, 1, threads=threads, first_core=0 if pinned else -1),
+             make_pool(half, 1 + half, threads=threads, first_core=threads if pinned else -1)]
+    rng = np.random.default_rng(0)
     n = pools[0].action_space.n
     for envs in pools:
         envs.reset()
@@ -121,6 +137,19 @@ def halves_rate(num_envs: int, seconds: float) -> float:
         for envs in pools:
             envs.recv()
             envs.close()
+
+
+def thread_layouts(num_envs: int, seconds: float) -> dict:
+    """Where the halves' rate goes (on one H200's 16 cores: 1.04 of sync, envpool's async mode 1.34): two halves of
+    as many threads as the cores each, 2x the cores in all; half the cores' threads each; those pinned apart, each half
+    on its own cores; and, to tell pinning from the layout, one instance pinned. Pinned rows need the whole machine."""
+    cores = pinnable_cores()
+    half_threads = max(1, (cores or os.cpu_count()) // 2)
+    rates = {"halves_half_threads": halves_rate(num_envs, seconds, threads=half_threads)}
+    if cores >= 2:
+        rates["halves_pinned_apart"] = halves_rate(num_envs, seconds, threads=half_threads, pinned=True)
+        rates["sync_pinned"] = sync_rate(num_envs, seconds, first_core=0)
+    return rates
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -166,8 +195,9 @@ def measure(num_envs: int, opts) -> dict:
     print(f"== {num_envs} envs ({ENV_ID}, random actions, {opts.seconds:g} s each)", flush=True)
     limits = {"sync": sync_rate(num_envs, opts.seconds), "async": async_rate(num_envs, opts.seconds),
               "halves": halves_rate(num_envs, opts.seconds)}
+    limits.update(thread_layouts(num_envs, opts.seconds))
     for name, rate in limits.items():
-        print(f"   envpool {name:<7} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
+        print(f"   envpool {name:<19} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
     runs = programs(num_envs, num_steps, opts)
     for name, run in runs.items():  # warm-up: torch.compile's and the kernels' caches, CleanRL's imports
         timed_call(f"warm-up, {name}, 2 iterations", run, 2)
@@ -194,7 +224,7 @@ def measure(num_envs: int, opts) -> dict:
 
 def machine() -> dict:
     out = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
-           "cpu_cores": os.cpu_count()}
+           "cpu_cores": os.cpu_count(), "pinnable_cores": pinnable_cores()}
     try:
         import torch
         out.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)

@@ -921,13 +921,15 @@ def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
 
 @pytest.mark.slow
 def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
-    """envpool's three random-action rates and both of our modes at 4 envs, tiny, on CPU: every number is there and
-    positive (their values mean nothing here)."""
+    """envpool's random-action rates (its modes and thread layouts) and both of our modes at 4 envs, tiny, on CPU:
+    every number is there and positive (their values mean nothing here)."""
     out = subprocess.run(["python3", str(ENV_LIMIT), "--cpu-dry-run", "--num-envs", "4", "--out", str(tmp_path / "r.json")],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = json.load(open(tmp_path / "r.json"))["results"]
-    assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves"}
+    written = json.load(open(tmp_path / "r.json"))
+    (result,) = written["results"]
+    pinned = {"halves_pinned_apart", "sync_pinned"} if written["machine"]["pinnable_cores"] >= 2 else set()
+    assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves", "halves_half_threads"} | pinned
     assert set(result["sps_median"]) == {"ours", "ours --async-envs"} and result["x_cleanrl"] is None
     for (t,) in result["loop_seconds_runs"].values():  # ours' loop per iteration: the env waits inside the rollout
         assert 0 < t["env_wait"] < t["rollout"] and t["update"] > 0

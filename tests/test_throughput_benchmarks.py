@@ -528,3 +528,34 @@ def test_gpu_figure_benchmarks_refuse_bad_options_in_one_line(script, flags, wor
                           capture_output=True, text=True, cwd=tmp_path)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and words in err[0], proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ppo_atari_env_limit.py: the thread layouts it compares
+# ---------------------------------------------------------------------------------------------------------
+def worker_cores() -> dict:
+    """thread id -> the cores it may run on, for every thread of this process."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            out[tid] = next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+    return out
+
+
+def test_env_limit_pins_each_halfs_threads_to_its_own_cores():
+    """'halves_pinned_apart' means what it says: envpool pins thread i of a pool made with first_core c to core c + i,
+    so half 1's threads sit on cores 0.. and half 2's on the next ones; an unpinned pool's threads may run anywhere."""
+    bench = load("ppo_atari_env_limit")
+    if bench.pinnable_cores() < 2:
+        pytest.skip("this process may not use every core of the machine: the benchmark pins nothing here")
+    everywhere = worker_cores()[str(os.getpid())]  # the main thread: every core
+    before = set(worker_cores())
+    pools = [bench.make_pool(2, 1, threads=1, first_core=0), bench.make_pool(2, 3, threads=1, first_core=1)]
+    pinned = sorted(v for k, v in worker_cores().items() if k not in before and v != everywhere)
+    before = set(worker_cores())
+    loose = bench.make_pool(2, 5, threads=2)
+    added = [v for k, v in worker_cores().items() if k not in before]
+    for envs in pools + [loose]:
+        envs.close()
+    assert pinned == ["0", "1"]
+    assert added and all(v == everywhere for v in added)
