@@ -140,9 +140,10 @@ def halves_rate(num_envs: int, seconds: float, threads: int = 0, pinned: bool = 
 
 
 def thread_layouts(num_envs: int, seconds: float) -> dict:
-    """Where the halves' rate goes (on one H200's 16 cores: 1.04 of sync, envpool's async mode 1.34): two halves of
-    as many threads as the cores each, 2x the cores in all; half the cores' threads each; those pinned apart, each half
-    on its own cores; and, to tell pinning from the layout, one instance pinned. Pinned rows need the whole machine."""
+    """Where the halves' rate goes (on one H200's 16 cores: 1.04 of sync, envpool's async mode 1.34). The halves row
+    runs two instances of as many threads as the cores each, twice the cores in all; these rows: halves of half the
+    cores' threads each; the same pinned apart, each half on its own cores; and, to tell pinning from the layout, one
+    instance pinned. Pinned rows need the whole machine."""
     cores = pinnable_cores()
     half_threads = max(1, (cores or os.cpu_count()) // 2)
     rates = {"halves_half_threads": halves_rate(num_envs, seconds, threads=half_threads)}
