@@ -145,7 +145,7 @@ def thread_layouts(num_envs: int, seconds: float) -> dict:
     cores' threads each; the same pinned apart, each half on its own cores; and, to tell pinning from the layout, one
     instance pinned. Pinned rows need the whole machine."""
     cores = pinnable_cores()
-    half_threads = max(1, (cores or os.cpu_count()) // 2)
+    half_threads = max(1, len(os.sched_getaffinity(0)) // 2)  # half the cores this process may use
     rates = {"halves_half_threads": halves_rate(num_envs, seconds, threads=half_threads)}
     if cores >= 2:
         rates["halves_pinned_apart"] = halves_rate(num_envs, seconds, threads=half_threads, pinned=True)
