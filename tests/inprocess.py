@@ -1,9 +1,11 @@
 """Run a training script's main() inside the test process (no interpreter start, no second import of torch), as a
-user's command line would: shared by the tests that need a script's exit code and its output."""
+user's command line would: shared by the tests that need a script's exit code and its output, and by what they check
+of the run it left."""
 import contextlib
 import io
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -53,3 +55,18 @@ def json_on_devices(test_module: str, expression: str, devices: int, timeout: in
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def assert_finished_unevaluated(run_dir: str, iterations: int) -> list:
+    """A JAX script's run that never evaluated (--eval-every 0 --no-final-eval): finished at `iterations` with its
+    summary and checkpoint, and no solve rate in the summary or the metrics; returns the metrics rows."""
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    assert summary["status"] == "finished" and summary["iteration"] == iterations and summary["SPS"] > 0
+    assert not [k for k in summary if k.startswith("solve_rate")]
+    assert not [r for r in rows if any(k.startswith("charts/solve_rate") for k in r)]
+    with open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb") as f:
+        assert pickle.load(f)["iteration"] == iterations
+    return rows
