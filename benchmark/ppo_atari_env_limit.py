@@ -59,11 +59,13 @@ ENV_ID = "Breakout-v5"
 # envpool alone
 # ---------------------------------------------------------------------------------------------------------
 def make_pool(num_envs: int, seed: int, batch_size: int = 0, threads: int = 0, first_core: int = -1):
-    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous; threads 0 is envpool's
-    default (min(batch_size, cores)); first_core >= 0 pins its threads to the cores from there on (-1: not pinned)."""
-    from cleanrl_scaling.ppo_atari_envpool import import_envpool
-    return import_envpool().make(ENV_ID, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size or num_envs,
-                                 seed=seed, episodic_life=True, reward_clip=True, num_threads=threads,
+    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous; threads 0 is the
+    script's choice, min(batch_size, the cores this process may use) (envpool's default where that is every core);
+    first_core >= 0 pins its threads to the cores from there on (-1: not pinned)."""
+    from cleanrl_scaling.ppo_atari_envpool import env_threads, import_envpool
+    batch_size = batch_size or num_envs
+    return import_envpool().make(ENV_ID, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size, seed=seed,
+                                 episodic_life=True, reward_clip=True, num_threads=threads or env_threads(batch_size),
                                  thread_affinity_offset=first_core)
 
 
@@ -115,7 +117,7 @@ def async_rate(num_envs: int, seconds: float) -> float:
 
 
 def halves_rate(num_envs: int, seconds: float, threads: int = 0, pinned: bool = False) -> float:
-    """threads per half (0: envpool's default, each half as many as the cores); pinned: half 1 on the first `threads`
+    """threads per half (0: the script's, each half as many as the cores); pinned: half 1 on the first `threads`
     cores, half 2 on the next ones."""
     half = num_envs // 2
     pools = [make_pool(half, 1, threads=threads, first_core=0 if pinned else -1),

@@ -219,6 +219,13 @@ def gymnasium_mujoco_ids() -> list:
                   if isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium.envs.mujoco"))
 
 
+def env_threads(num_envs: int) -> int:
+    """A worker per core this process may use, at most one per env: envpool's default counts the machine's cores,
+    i.e. many threads per allowed core under a Slurm cpuset or taskset; torchrun's ranks on a node share the cores."""
+    cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, min(num_envs, cores))
+
+
 def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int = 0, same_step: bool = False):
     """num_envs environments with NEXT_STEP autoreset on both backends: the step after a done returns the first
     observation of the next episode (reward 0, not done) and ignores its action. same_step (gymnasium only):
@@ -226,8 +233,8 @@ def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int 
     (the autoreset of gymnasium 0.29, which CleanRL's ppo_continuous_action.py ran on)."""
     if backend == "envpool":
         envpool = import_envpool()
-        threads = threads or min(num_envs, len(os.sched_getaffinity(0)))
-        return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=threads)
+        return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                            num_threads=threads or env_threads(num_envs))
     gym = quiet_gymnasium()
     mode = gym.vector.AutoresetMode.SAME_STEP if same_step else gym.vector.AutoresetMode.NEXT_STEP
     if num_envs == 1:

@@ -202,6 +202,13 @@ def import_envpool():
     return envpool
 
 
+def env_threads(num_envs: int) -> int:
+    """A worker per core this process may use, at most one per env: envpool's default counts the machine's cores,
+    i.e. many threads per allowed core under a Slurm cpuset or taskset; torchrun's ranks on a node share the cores."""
+    cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, min(num_envs, cores))
+
+
 def envpool_id(game: str, mode: str) -> str:
     return f"{game.capitalize()}{mode.capitalize()}-v0"  # starpilot, easy -> StarpilotEasy-v0
 
@@ -213,7 +220,8 @@ class EnvpoolProcgen:
 
     def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
         self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
-                                          num_levels=num_levels, start_level=start_level, channel_first=False)
+                                          num_levels=num_levels, start_level=start_level, channel_first=False,
+                                          num_threads=env_threads(num_envs))
         self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
 
     def reset(self):

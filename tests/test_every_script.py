@@ -243,3 +243,53 @@ def test_diagnostics_do_not_change_training(script, tmp_path):
     assert all(torch.equal(a[script.weights][k], b[script.weights][k]) for k in a[script.weights])
     assert torch.equal(torch_rng(a), torch_rng(b))
     script.check_diagnosed(on, off)
+
+
+ENV_THREADS = """
+import os, sys
+from cleanrl_scaling import {module} as script
+envpool = script.import_envpool()
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # one core, as under a cpuset: its threads inherit it
+def started(make):
+    before = len(os.listdir("/proc/self/task"))
+    envs = make()
+    return len(os.listdir("/proc/self/task")) - before
+reference = lambda: envpool.make("{reference}", env_type="gymnasium", num_envs=4, seed=1, num_threads=1)
+started(reference)  # the first instance of a game may start threads of its own once (Procgen does)
+one_worker = started(reference)
+ours = started(lambda: {make})
+print(one_worker, ours)
+"""
+
+
+@pytest.mark.parametrize("module,reference,make", [
+    ("ppo_atari_envpool", "Breakout-v5", 'script.make_envs("Breakout-v5", 4, 1)'),
+    ("pqn_atari", "Breakout-v5", 'script.make_envs("Breakout-v5", 4, 1, train=False)'),
+    ("ppo_procgen", "StarpilotEasy-v0", 'script.EnvpoolProcgen("starpilot", "easy", 4, 1, 0, 0).envs'),
+])
+def test_envpool_starts_a_worker_per_core_the_process_may_use(module, reference, make):
+    """envpool's default counts the machine's cores, not the ones a Slurm cpuset or taskset allows: on one allowed
+    core of a 2-core machine 4 envs would get 2 workers. The scripts start as many as a 1-worker pool does there (an
+    instance also starts one thread besides its workers, hence the reference pool rather than a count)."""
+    if os.cpu_count() < 2:
+        pytest.skip("one core: envpool's default and ours agree")
+    code = ENV_THREADS.format(module=module, reference=reference, make=make)
+    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    one_worker, ours = map(int, out.stdout.split()[-2:])
+    assert one_worker >= 2 and ours == one_worker
+
+
+@pytest.mark.parametrize("module", ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco"])
+def test_env_threads_count_the_allowed_cores_shared_by_torchruns_ranks(module, monkeypatch):
+    """By hand: 8 allowed cores give 256 envs 8 workers and 3 envs 3; under torchrun 2 ranks on the node get 4 each,
+    and 16 ranks still one."""
+    script = importlib.import_module(f"cleanrl_scaling.{module}")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8, 16)))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert (script.env_threads(256), script.env_threads(3)) == (8, 3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert (script.env_threads(256), script.env_threads(3)) == (4, 3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
+    assert script.env_threads(256) == 1
