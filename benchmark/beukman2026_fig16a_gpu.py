@@ -238,7 +238,10 @@ def one_run(flags: list, k: int, updates: int, batch: int, period: int, limit: f
         return [json.loads(line) for line in open(found[0]) if line.strip()] if found else []
 
     def first_chunk_done():
-        return any("charts/SPS" in row for row in metrics_rows())
+        try:
+            return any("charts/SPS" in row for row in metrics_rows())
+        except ValueError:  # a line the script is still writing: not yet
+            return False
 
     t0 = time.time()
     with open(log_path, "w") as log, GpuSampler(first_chunk_done) as gpu:

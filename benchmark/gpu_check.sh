@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check behind docs/gpu.md, as one command: the machine and its package versions, the gpu-marked tests
-# (pytest -m gpu tests/test_gpu.py), envpool's random-action limit on Breakout, and the SPS of each torch script at
+# The GPU check behind docs/gpu.md, as one command: the machine and its package versions, the torch scripts'
+# gpu-marked tests (pytest -m gpu tests/test_gpu.py -k 'not jax'; gpu_jax_check.sh runs the JAX ones), envpool's random-action limit on Breakout, and the SPS of each torch script at
 # its defaults (Atari PPO also at 256 envs x 64 steps, each with --tf32 and --no-tf32, and with --async-envs; PQN also
 # at 128 envs x 32 steps, without and with --async-envs). Every number goes to
 # OUT_DIR/gpu_check.json; logs beside it. About 8 minutes on one H200 with 16 CPU cores: steps past DEADLINE_S
@@ -96,18 +96,19 @@ EOF
 record versions "$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))" "$OUT_DIR/versions.json" 2>/dev/null || echo null)"
 
 # ---- the Atari scripts and envpool import here: else every later step would fail the same way, minutes each
-if ! python3 -c "from cleanrl_scaling import ppo_atari_envpool as m, pqn_atari; m.import_envpool()"; then
-  echo "error: the Atari scripts or envpool do not import here (above): a package missing from SITE? Stopping" >&2
-  record preflight '"failed: the Atari scripts or envpool do not import (log: gpu_check.log)"'
+if ! python3 -c "from cleanrl_scaling import ppo_atari_envpool as m, pqn_atari; m.import_envpool(); import tensorboard.summary"; then
+  echo "error: the Atari scripts, envpool or tensorboard do not import here (above): a package missing from SITE? Stopping" >&2
+  record preflight '"failed: the Atari scripts, envpool or tensorboard do not import (log: gpu_check.log)"'
   write_json > /dev/null
   exit 2
 fi
 
-# ---- the gpu-marked tests (the ini's addopts are replaced: an image may lack pytest-xdist)
-echo "== pytest -m gpu tests/test_gpu.py"
+# ---- the torch scripts' gpu-marked tests (the ini's addopts are replaced: an image may lack pytest-xdist); the JAX
+# scripts' are benchmark/gpu_jax_check.sh's, which budgets their minutes of tracing
+echo "== pytest -m gpu tests/test_gpu.py -k 'not jax'"
 if python3 -c "import pytest" 2>/dev/null; then
   timeout 330 python3 -m pytest -p no:cacheprovider -o addopts="" -ra -v --durations=0 -m gpu tests/test_gpu.py \
-    --junitxml="$OUT_DIR/gpu_tests.xml" 2>&1 | tee "$OUT_DIR/gpu_tests.txt"
+    -k "not jax" --junitxml="$OUT_DIR/gpu_tests.xml" 2>&1 | tee "$OUT_DIR/gpu_tests.txt"
   code=${PIPESTATUS[0]}
   summary=$(tail -n 1 "$OUT_DIR/gpu_tests.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')
   record gpu_tests "{\"exit_code\": $code, \"summary\": $summary}"

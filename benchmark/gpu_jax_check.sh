@@ -128,6 +128,7 @@ echo "== flags"
 timeout "$(limit 60)" python3 - "$GPU_JAX2D_DEFAULT" "$GPU_JAX2D_B26" "$GPU_SFL_2048" "$GPU_SFL_1M" <<'EOF' | tee -a "$RESULTS"
 import contextlib, io, json, sys
 from cleanrl_scaling import ppo_ewma_jax2d, sfl_kinetix_jax
+import tensorboard.summary  # the run directory's writer: else a run fails only after minutes of building
 out = {}
 for name, module, flags in zip(["jax2d_default", "jax2d_b26", "sfl_2048", "sfl_1m_per_gpu"],
                                [ppo_ewma_jax2d, ppo_ewma_jax2d, sfl_kinetix_jax, sfl_kinetix_jax], sys.argv[1:]):

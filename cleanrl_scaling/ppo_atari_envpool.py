@@ -626,11 +626,12 @@ class DiagnosticProbe:
 def save_features(agent, b_obs, run_dir: str, iteration: int, global_step: int, num_states: int, seed: int,
                   chunk: int) -> str:
     """M25 App. B.7: the penultimate features of a random subsample of the batch, under the policy that collected
-    it. The subsample has its own generator, seeded by (seed, iteration): no draw from the training stream."""
+    it. The subsample has its own generator, seeded by (seed, iteration): no draw from the training stream. chunk:
+    states per forward pass (0: all at once)."""
     rng = np.random.default_rng([seed, iteration])
     idx = np.sort(rng.choice(b_obs.shape[0], min(num_states, b_obs.shape[0]), replace=False))
     obs = b_obs.index_select(0, torch.as_tensor(idx, device=b_obs.device))
-    features = record_activations(agent, obs.split(chunk))[""][0]
+    features = record_activations(agent, obs.split(chunk or len(obs)))[""][0]
     os.makedirs(os.path.join(run_dir, "features"), exist_ok=True)
     path = os.path.join(run_dir, "features", f"iter_{iteration:06d}.npz")
     buffer = io.BytesIO()  # float16 halves the files; UMAP does not need more precision
@@ -1423,14 +1424,25 @@ def plain(value):
 
 class CheckpointUnpickler(pickle.Unpickler):
     """Reads a checkpoint written under NumPy 1 or 2 with either: NumPy 2 renamed numpy.core to numpy._core, which
-    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html)."""
+    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html). Torch tensors come
+    back on the CPU whatever device wrote them, so a checkpoint written on a GPU loads on any machine and any rank."""
 
     def find_class(self, module: str, name: str):
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return storage_on_cpu
         ours = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
         for alias in ("numpy.core", "numpy._core"):
             if module == alias or module.startswith(alias + "."):
                 return super().find_class(ours + module[len(alias):], name)
         return super().find_class(module, name)
+
+
+def storage_on_cpu(data: bytes):
+    """A torch tensor's storage as pickled by torch (with its device's tag), loaded onto the CPU; the script moves
+    weights and optimizer state to its own device (load_state_dict)."""
+    import io
+    import torch  # only a torch script's checkpoint holds torch storages
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def save_checkpoint(path: str, state: dict) -> None:

@@ -337,10 +337,11 @@ class RunningMeanStd:
         mean = rows.sum(axis=0) / max(count, 1.0)
         m2 = np.square(rows - mean).sum(axis=0)
         if self.world_size > 1:  # gather every rank's batch moments and merge them in rank order
-            local = torch.as_tensor(np.concatenate([[count], mean.ravel(), m2.ravel()]))
+            on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None  # NCCL: CUDA only
+            local = torch.as_tensor(np.concatenate([[count], mean.ravel(), m2.ravel()]), device=on)
             gathered = [torch.zeros_like(local) for _ in range(self.world_size)]
             dist.all_gather(gathered, local)
-            parts = [g.numpy() for g in gathered]
+            parts = [g.cpu().numpy() for g in gathered]
             count, mean, m2 = parts[0][0], parts[0][1:1 + mean.size].reshape(mean.shape), parts[0][1 + mean.size:].reshape(m2.shape)
             for p in parts[1:]:
                 c, mu, m = p[0], p[1:1 + mean.size].reshape(mean.shape), p[1 + mean.size:].reshape(m2.shape)
@@ -816,7 +817,7 @@ def diagnostic_states(num_states: int, limit: int) -> np.ndarray:
 def evaluate(model_path, env_id, eval_episodes, backend, device, seed):
     envs = make_envs(env_id, eval_episodes, seed, backend)
     obs_space, act_space = spaces(envs)
-    model = torch.load(model_path, map_location=device)
+    model = torch.load(model_path, map_location="cpu")  # the normaliser's statistics are read as NumPy arrays
     agent = Agent(obs_space.shape[0], act_space.shape[0]).to(device)
     agent.load_state_dict(model["agent"])
     stats = EpisodeStats(eval_episodes)
@@ -1652,14 +1653,25 @@ def plain(value):
 
 class CheckpointUnpickler(pickle.Unpickler):
     """Reads a checkpoint written under NumPy 1 or 2 with either: NumPy 2 renamed numpy.core to numpy._core, which
-    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html)."""
+    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html). Torch tensors come
+    back on the CPU whatever device wrote them, so a checkpoint written on a GPU loads on any machine and any rank."""
 
     def find_class(self, module: str, name: str):
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return storage_on_cpu
         ours = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
         for alias in ("numpy.core", "numpy._core"):
             if module == alias or module.startswith(alias + "."):
                 return super().find_class(ours + module[len(alias):], name)
         return super().find_class(module, name)
+
+
+def storage_on_cpu(data: bytes):
+    """A torch tensor's storage as pickled by torch (with its device's tag), loaded onto the CPU; the script moves
+    weights and optimizer state to its own device (load_state_dict)."""
+    import io
+    import torch  # only a torch script's checkpoint holds torch storages
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def save_checkpoint(path: str, state: dict) -> None:

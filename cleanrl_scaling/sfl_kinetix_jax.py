@@ -2727,14 +2727,25 @@ def plain(value):
 
 class CheckpointUnpickler(pickle.Unpickler):
     """Reads a checkpoint written under NumPy 1 or 2 with either: NumPy 2 renamed numpy.core to numpy._core, which
-    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html)."""
+    NumPy 1.26 holds only in part (https://numpy.org/doc/stable/numpy_2_0_migration_guide.html). Torch tensors come
+    back on the CPU whatever device wrote them, so a checkpoint written on a GPU loads on any machine and any rank."""
 
     def find_class(self, module: str, name: str):
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return storage_on_cpu
         ours = "numpy.core" if np.__version__.startswith("1.") else "numpy._core"
         for alias in ("numpy.core", "numpy._core"):
             if module == alias or module.startswith(alias + "."):
                 return super().find_class(ours + module[len(alias):], name)
         return super().find_class(module, name)
+
+
+def storage_on_cpu(data: bytes):
+    """A torch tensor's storage as pickled by torch (with its device's tag), loaded onto the CPU; the script moves
+    weights and optimizer state to its own device (load_state_dict)."""
+    import io
+    import torch  # only a torch script's checkpoint holds torch storages
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def save_checkpoint(path: str, state: dict) -> None:

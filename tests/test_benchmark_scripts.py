@@ -989,7 +989,7 @@ def test_gpu_check_stops_after_the_versions_when_the_atari_scripts_do_not_import
     out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_check.sh"), "--cpu-dry-run", str(out_dir)],
                          capture_output=True, text=True, env=script_env(SITE=site_without_tyro(tmp_path)), timeout=300)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "error: the Atari scripts or envpool do not import here" in out.stdout + out.stderr
+    assert "error: the Atari scripts, envpool or tensorboard do not import here" in out.stdout + out.stderr
     result = json.load(open(out_dir / "gpu_check.json"))
     assert result["preflight"].startswith("failed") and "versions" in result
     assert not any(k.startswith("sps_") or k == "gpu_tests" for k in result)

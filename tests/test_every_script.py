@@ -293,3 +293,41 @@ def test_env_threads_count_the_allowed_cores_shared_by_torchruns_ranks(module, m
     assert (script.env_threads(256), script.env_threads(3)) == (4, 3)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
     assert script.env_threads(256) == 1
+
+
+
+def written_on_a_gpu(path):
+    """Rewrite the checkpoint at `path` as a CUDA run's pickle is: every tensor's storage tagged cuda:0 (torch pickles
+    a tensor with its device's tag, and plain unpickling puts it back there)."""
+    import torch.serialization
+    state = pickle.load(open(path, "rb"))
+    tag = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:0"
+    try:
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        torch.serialization.location_tag = tag
+    path.write_bytes(blob)
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(script, tmp_path):
+    """Adam's state is saved where it lives, on the GPU: a preempted GPU run's checkpoint must still resume on a CPU
+    (or on another rank's GPU). The script's loader puts every tensor on the CPU; load_state_dict moves them."""
+    flags = script.tiny + ["--diagnostics-every", "0", "--seed", "3"]
+    code, _, err = main_inprocess(module(script.name), flags + ["--total-timesteps", str(2 * script.batch)], tmp_path)
+    assert code == 0, err[-3000:]
+    run_dir = the_run_dir(tmp_path)
+    path = run_dir / "checkpoints" / "latest.ckpt"
+    written_on_a_gpu(path)
+    if not torch.cuda.is_available():  # the file does name a GPU: a plain unpickling fails here
+        with pytest.raises(RuntimeError, match="CUDA"):
+            pickle.load(open(path, "rb"))
+    state = module(script.name).load_checkpoint(str(path), script.name, {})
+    assert all(v.device.type == "cpu" for s in state["optimizer"]["state"].values() for v in s.values()
+               if isinstance(v, torch.Tensor))
+    code, stdout, err = main_inprocess(module(script.name), flags + ["--total-timesteps", str(3 * script.batch),
+                                                                     "--resume", str(path)], tmp_path)
+    assert code == 0, err[-3000:]
+    assert "resuming from iteration 2" in stdout
+    assert load_ckpt(run_dir)["iteration"] == 3 and json.load(open(run_dir / "summary.json"))["status"] == "finished"

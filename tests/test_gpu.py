@@ -20,6 +20,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,14 +60,9 @@ def batch_of(flags: list) -> int:
 
 
 def run(m, args: list, root) -> str:
-    """main() in this process; the run directory it wrote. torch's thread count is put back (a script sets it)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        code, stdout, stderr = main_inprocess(m, args, root)
-    finally:
-        torch.set_num_threads(threads)
+    """main() in this process (which puts back torch's thread count where torch is loaded); the run directory it
+    wrote. A JAX script's run needs no torch."""
+    code, stdout, stderr = main_inprocess(m, args, root)
     assert code in (0, None), stderr[-3000:]
     (run_dir,) = (root / "runs").iterdir()
     return str(run_dir)
@@ -108,9 +104,8 @@ def assert_complete_and_finite(run_dir: str, iterations: int, diagnostics: set) 
 
 # ------------------------------------------------------------------------------------------------ the marker
 def test_gpu_tests_are_skipped_without_cuda(monkeypatch):
-    """The conftest hook: without CUDA a gpu-marked item gets a skip marker, other items none; with CUDA none."""
+    """The conftest hook: without a GPU a gpu-marked item gets a skip marker, other items none; with one none."""
     import conftest
-    import torch
 
     class Item:
         def __init__(self, gpu):
@@ -123,10 +118,29 @@ def test_gpu_tests_are_skipped_without_cuda(monkeypatch):
             self.markers.append(marker.mark)
 
     for available, skipped in [(False, [True, False]), (True, [False, False])]:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+        monkeypatch.setattr(conftest, "cuda_gpu_present", lambda: available)
         items = [Item(gpu=True), Item(gpu=False)]
         conftest.pytest_collection_modifyitems(None, items)
         assert [item.get_closest_marker("skip") is not None for item in items] == skipped
+
+
+def test_a_gpu_is_present_where_torch_sees_one_or_the_driver_lists_one(monkeypatch):
+    """torch's CUDA first; without it (a JAX-only image, a CPU build of torch) nvidia-smi -L: a JAX test on a GPU
+    machine must run, not skip."""
+    import conftest
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert conftest.cuda_gpu_present()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    lists = {"a GPU": (0, "GPU 0: NVIDIA H200 (UUID: GPU-0)\n"), "none": (9, ""), "no driver": None}
+    for case, expected in [("a GPU", True), ("none", False), ("no driver", False)]:
+        def nvidia_smi(cmd, **kwargs):
+            if lists[case] is None:
+                raise FileNotFoundError(cmd[0])
+            return subprocess.CompletedProcess(cmd, lists[case][0], lists[case][1], "")
+        monkeypatch.setattr(conftest.subprocess, "run", nvidia_smi)
+        assert conftest.cuda_gpu_present() is expected, case
 
 
 def test_the_suite_loads_without_pytest_xdist():
@@ -150,8 +164,12 @@ def test_torch_script_trains_checkpoints_and_resumes_on_gpu(script, tmp_path):
     loss_tag = "losses/td_loss" if script == "pqn_atari" else "losses/policy_loss"
     diagnostics = SHARED_DIAGNOSTICS | (set() if script == "pqn_atari" else PPO_DIAGNOSTICS)
 
-    whole = run(m, flags + ["--total-timesteps", str(4 * batch)], tmp_path / "whole")
+    # MuJoCo also saves its model and evaluates it, reading the normaliser's statistics back from the GPU run's file
+    saved_model = ["--save-model", "--eval-episodes", "2"] if script == "ppo_continuous_mujoco" else []
+    whole = run(m, flags + ["--total-timesteps", str(4 * batch)] + saved_model, tmp_path / "whole")
     config = assert_complete_and_finite(whole, 4, diagnostics)
+    if saved_model:
+        assert math.isfinite(json.load(open(os.path.join(whole, "summary.json")))["eval_mean_return"])
     assert config["device"].startswith("cuda") and config["args"]["tf32"] is True
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # --tf32, the default
     if script != "pqn_atari":
@@ -159,6 +177,9 @@ def test_torch_script_trains_checkpoints_and_resumes_on_gpu(script, tmp_path):
 
     half = run(m, flags + ["--total-timesteps", str(2 * batch)], tmp_path / "half")
     before = load_checkpoint(half)
+    assert any(v.is_cuda for s in before["optimizer"]["state"].values() for v in s.values() if torch.is_tensor(v))
+    on_cpu = m.load_checkpoint(os.path.join(half, "checkpoints", "latest.ckpt"), script, {})  # as a CPU machine reads it
+    assert not any(v.is_cuda for s in on_cpu["optimizer"]["state"].values() for v in s.values() if torch.is_tensor(v))
     resumed = run(m, flags + ["--total-timesteps", str(4 * batch), "--resume",
                               os.path.join(half, "checkpoints", "latest.ckpt")], tmp_path / "half")
     assert resumed == half  # a resumed run continues in its own run directory
@@ -230,9 +251,24 @@ def test_jax_script_runs_on_the_gpu_backend(script, tmp_path, monkeypatch):
     assert config["platform"] == "gpu", f"JAX ran on {config['platform']}: install JAX's CUDA plugin (docs/installation.md)"
     assert json.load(open(os.path.join(whole, "summary.json")))["peak_device_bytes"] > 0  # the GPU allocator's peak
     half = run(m, t.tiny(2) + flags, tmp_path / "half")
+    before = load_checkpoint(half)
     resumed = run(m, t.tiny(4) + flags + ["--resume", os.path.join(half, "checkpoints", "latest.ckpt")],
                   tmp_path / "half")
     assert_complete_and_finite(resumed, 4, diagnostics)
     iterations = [r["iteration"] for r in read_rows(resumed) if "losses/policy_loss" in r]
     assert iterations == sorted(set(iterations)) and iterations[-1] == 4
     assert [it for it in iterations if it > 2] == [it for it, _, _ in loss_rows(whole, "losses/policy_loss") if it > 2]
+    # what the checkpoint carried: Adam's step count (a scalar integer) and the RNG key (uint32), which no float
+    # rounding touches: the resumed run ends with the whole run's, and its count is twice the half's
+    (resumed_counts, resumed_keys), (whole_counts, whole_keys) = (counters(load_checkpoint(resumed)),
+                                                                  counters(load_checkpoint(whole)))
+    assert resumed_counts and [int(a) for a in resumed_counts] == [2 * int(b) for b in counters(before)[0]]
+    assert len(resumed_keys) == len(whole_keys) and len(resumed_counts) == len(whole_counts)
+    assert all(np.array_equal(a, b) for a, b in zip(resumed_counts + resumed_keys, whole_counts + whole_keys))
+
+
+def counters(ckpt: dict) -> tuple:
+    """A JAX checkpoint's runner leaves that count or key: ([scalar integers], [uint32 PRNG keys])."""
+    leaves = [np.asarray(x) for x in ckpt["runner"]]
+    return ([x for x in leaves if x.shape == () and np.issubdtype(x.dtype, np.integer)],
+            [x for x in leaves if x.dtype == np.uint32])

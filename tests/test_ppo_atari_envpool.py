@@ -1111,3 +1111,14 @@ def test_run_directories_never_collide(tmp_path):
     first = m.claim_run_dir(str(tmp_path / "Breakout-v5__x__1__100"))
     second = m.claim_run_dir(str(tmp_path / "Breakout-v5__x__1__100"))
     assert first.endswith("__100") and second.endswith("__100-2") and os.path.isdir(second)
+
+
+def test_saved_features_take_the_whole_subsample_at_chunk_0(tmp_path):
+    """--update-chunk-size 0 (whole minibatches, which a GPU run may pass) reaches save_features as chunk 0: one
+    forward pass over the subsample, the same features as a chunk of its size."""
+    agent = m.Agent(4)
+    obs = torch.randint(0, 256, (12, 4, 84, 84), dtype=torch.uint8)
+    saved = [np.load(m.save_features(agent, obs, str(tmp_path / str(chunk)), 1, 12, 10, 0, chunk))["features"]
+             for chunk in (0, 10, 3)]
+    assert saved[0].shape == (10, 512) and np.array_equal(saved[0], saved[1])
+    np.testing.assert_allclose(saved[0].astype(np.float32), saved[2].astype(np.float32), rtol=1e-2, atol=1e-3)

@@ -612,6 +612,22 @@ def test_resume_is_bit_exact_given_the_checkpoint(runs, tmp_path):
     assert not (tmp_path / "runs").exists()  # resumed runs continue in their own directories
 
 
+def test_a_checkpoint_from_another_kind_of_device_resumes_with_fresh_evaluation_draws(runs, tmp_path):
+    """A CUDA generator's state is 16 bytes, a CPU one's 5,056: the evaluator cannot take the other's (torch raises),
+    so a run resumed on another device says so and draws its evaluation's epsilon afresh; training resumes as ever."""
+    _, out = runs
+    ckpt_path = copy_run(out["plain"][0], tmp_path / "moved")
+    state = pickle.load(open(ckpt_path, "rb"))
+    assert state["rng"][0]["eval"].numel() == torch.Generator().get_state().numel()  # written here, on the CPU
+    state["rng"][0]["eval"] = torch.zeros(16, dtype=torch.uint8)  # as a CUDA generator's get_state() gives it
+    pickle.dump(state, open(ckpt_path, "wb"))
+    code, stdout, err = main_inprocess(TINY + ["--total-timesteps", str(3 * BATCH), "--diagnostics-every", "0",
+                                               "--seed", "3", "--resume", ckpt_path], tmp_path)
+    assert code == 0, err[-3000:]
+    assert "written on another kind of device" in err and "resuming from iteration 2" in stdout
+    assert pickle.load(open(ckpt_path, "rb"))["iteration"] == 3
+
+
 def test_nan_stops_and_keeps_the_last_good_checkpoint(runs, tmp_path):
     """The plain run's checkpoint, recording lr 1e35 (its flags edited, as a run at that lr would have written it):
     resumed, its first update overflows the parameters."""
