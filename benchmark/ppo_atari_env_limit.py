@@ -14,8 +14,9 @@ For each N of --num-envs, with nothing else running:
               then where its rate goes: halves of half the cores' threads each, those pinned apart (half 1 on the
               first half of the cores, half 2 on the rest), and one instance of all N pinned (pinned rows only where
               this process may use every core of the machine);
-  * ppo_atari_envpool.py at N envs x T steps (T = 128 at N <= 16, CleanRL's default, else 64), synchronous and
-    --async-envs, then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
+  * ppo_atari_envpool.py at N envs x T steps (T = 128 at N <= 16, CleanRL's default, else 64), synchronous,
+    --async-envs, and --async-envs with --env-threads of half the cores (each half on its share, as the
+    halves_half_threads row), then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
     N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
     --iterations iterations, the programs alternated; marginal SPS (the first iteration left out), medians.
 Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, ours over
@@ -141,13 +142,18 @@ def halves_rate(num_envs: int, seconds: float, threads: int = 0, pinned: bool = 
             envs.close()
 
 
+def half_the_cores() -> int:
+    """Half the cores this process may use (under a cpuset, not the machine's), at least 1: each half's share."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
 def thread_layouts(num_envs: int, seconds: float) -> dict:
     """Where the halves' rate goes (on one H200's 16 cores: 1.04 of sync, envpool's async mode 1.34). The halves row
     runs two instances of as many threads as the cores each, twice the cores in all; these rows: halves of half the
     cores' threads each; the same pinned apart, each half on its own cores; and, to tell pinning from the layout, one
     instance pinned. Pinned rows need the whole machine."""
     cores = pinnable_cores()
-    half_threads = max(1, len(os.sched_getaffinity(0)) // 2)  # half the cores this process may use
+    half_threads = half_the_cores()
     rates = {"halves_half_threads": halves_rate(num_envs, seconds, threads=half_threads)}
     if cores >= 2:
         rates["halves_pinned_apart"] = halves_rate(num_envs, seconds, threads=half_threads, pinned=True)
@@ -174,8 +180,10 @@ def programs(num_envs: int, num_steps: int, opts) -> dict:
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
     dry = (["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []) + shlex.split(opts.ours_flags)
     log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
+    halves = ["--async-envs", "--env-threads", str(half_the_cores())]  # each half on its share of the cores
     found = {"ours": lambda k, times=None: ours(size + dry, k, batch, log, times),
-             "ours --async-envs": lambda k, times=None: ours(size + dry + ["--async-envs"], k, batch, log, times)}
+             "ours --async-envs": lambda k, times=None: ours(size + dry + ["--async-envs"], k, batch, log, times),
+             "ours " + " ".join(halves): lambda k, times=None: ours(size + dry + halves, k, batch, log, times)}
     if opts.cleanrl:  # CUDA where torch sees it
         found["CleanRL"] = lambda k, times=None: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size,
                                                                    rss=False, log=log)[0]
@@ -211,13 +219,14 @@ def measure(num_envs: int, opts) -> dict:
                                         times.get(name)))
     medians = {name: statistics.median(values) for name, values in sps.items()}
     print(f"   {num_envs} x {num_steps}, {opts.iterations} iterations, median of {opts.repeats}:")
+    width = max(map(len, medians))
     for name, value in medians.items():
         vs = f", {value / medians['CleanRL']:.2f}x CleanRL" if "CleanRL" in medians and name != "CleanRL" else ""
-        print(f"   {name:<18} {value:>10,.0f} SPS  ({value / limits['sync']:.2f} of envpool's sync limit{vs})",
+        print(f"   {name:<{width}} {value:>10,.0f} SPS  ({value / limits['sync']:.2f} of envpool's sync limit{vs})",
               flush=True)
     for name, per_run in times.items():  # what bounds ours: the envs (their waits) or the rest of the loop
         for t in (x for x in per_run if x):
-            print(f"   {name:<18} per iteration: rollout {t['rollout']:.3f} s (waiting on the envs "
+            print(f"   {name:<{width}} per iteration: rollout {t['rollout']:.3f} s (waiting on the envs "
                   f"{t['env_wait']:.3f} s), update {t['update']:.3f} s")
     return {"num_envs": num_envs, "num_steps": num_steps, "envpool_steps_per_s": limits, "sps_runs": sps,
             "loop_seconds_runs": times,
@@ -239,7 +248,8 @@ def machine() -> dict:
 def check_our_flags(flags: list) -> None:
     """--ours-flags through the script's own flag checks before anything runs: a typo is one line and exit 2 here,
     not a failed run minutes into a GPU sitting. The sizes the benchmark sets itself are refused."""
-    taken = {"--num-envs", "--num-steps", "--total-timesteps", "--diagnostics-every", "--async-envs", "--runs-dir"}
+    taken = {"--num-envs", "--num-steps", "--total-timesteps", "--diagnostics-every", "--async-envs", "--env-threads",
+             "--runs-dir"}
     clash = [f for f in flags if f.split("=")[0] in taken]
     if clash:
         refuse(f"--ours-flags {' '.join(clash)}: the benchmark sets these itself")

@@ -96,6 +96,8 @@ class Args(ScalingArgs, RunArgs):
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
     async_envs: bool = False
     """step the envs in two halves that take turns: one half steps on envpool's threads while the network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
+    env_threads: int = 0
+    """envpool worker threads per instance (0: one per CPU core this process may use, at most one per env, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (10-20% faster updates on CPU here; compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     update_chunk_size: int = 512
@@ -194,10 +196,11 @@ def import_envpool():
     return envpool
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0):
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=env_threads(num_envs),
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                        num_threads=threads or env_threads(num_envs),
                         episodic_life=train, reward_clip=train)
 
 
@@ -208,13 +211,14 @@ def env_threads(num_envs: int) -> int:
     return max(1, min(num_envs, cores))
 
 
-def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> list:
+def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool, threads: int = 0) -> list:
     """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
     env i with seed + i, so env i plays the same games in both modes)."""
     if not async_envs:
-        return [EnvClock(make_envs(env_id, num_envs, seed))]
+        return [EnvClock(make_envs(env_id, num_envs, seed, threads=threads))]
     half = num_envs // 2
-    return [EnvClock(make_envs(env_id, half, seed)), EnvClock(make_envs(env_id, half, seed + half))]
+    return [EnvClock(make_envs(env_id, half, seed, threads=threads)),
+            EnvClock(make_envs(env_id, half, seed + half, threads=threads))]
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -687,6 +691,7 @@ def validate(args) -> dict:
     check(args.diagnostics_states >= 2, f"--diagnostics-states must be >= 2 (got {args.diagnostics_states})")
     check(args.save_features_every >= 0, f"--save-features-every must be >= 0 (got {args.save_features_every})")
     check(args.features_states >= 1, f"--features-states must be >= 1 (got {args.features_states})")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
     check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
     check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
     check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
@@ -703,9 +708,9 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: the evaluation of --save-model and the saved features (their
-# own envs and RNG streams, never training's), --init-from, which --resume overrides, and --async-envs, which
-# reorders the rollout's work (a resumed run's envs restart anyway)
-RESUMABLE = ("eval_episodes", "save_features_every", "features_states", "init_from", "async_envs")
+# own envs and RNG streams, never training's), --init-from, which --resume overrides, --async-envs, which
+# reorders the rollout's work (a resumed run's envs restart anyway), and --env-threads (envpool steps each env alone)
+RESUMABLE = ("eval_episodes", "save_features_every", "features_states", "init_from", "async_envs", "env_threads")
 # what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
 # weights load; another game is a transfer)
 INIT_FROM_KEYS = ()
@@ -884,7 +889,7 @@ def main():
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
     with Phase(f"starting {local_envs} {args.env_id} envs" + (" in two alternating halves" if args.async_envs else ""),
                show=rank == 0):
-        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs)
+        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs, args.env_threads)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
     agent, optimizer = build_agent(args, groups[0].action_space.n, device)

@@ -882,8 +882,8 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: the evaluation of --save-model (its own envs, after training),
-# and --init-from, which --resume overrides
-RESUMABLE = ("eval_episodes", "init_from")
+# --init-from, which --resume overrides, and --env-threads (envpool steps each env alone)
+RESUMABLE = ("eval_episodes", "init_from", "env_threads")
 # what --init-from must share with its checkpoint: the task, whose observations its weights and statistics describe
 INIT_FROM_KEYS = ("env_id",)
 

@@ -108,6 +108,8 @@ class Args(ScalingArgs, RunArgs):
     """Procgen's difficulty (M25 and CleanRL: easy)"""
     env_backend: Literal["envpool", "procgen"] = "envpool"
     """envpool (C++ threads) or the procgen package's ProcgenEnv (the reference M25 and CleanRL used)"""
+    env_threads: int = 0
+    """envpool worker threads (0: one per CPU core this process may use, at most one per env, the node's cores shared among its torchrun ranks; the procgen backend has none); changes no result"""
     num_levels: int = 0
     """train on this many levels (Cobbe et al.: 200); 0 = the full level distribution (M25, CleanRL)"""
     start_level: int = 0
@@ -218,10 +220,10 @@ class EnvpoolProcgen:
     *after* the one that ended its episode; that step ignores the action (masked out of the loss)."""
     ignores_step_after_done = True
 
-    def __init__(self, game, mode, num_envs, seed, num_levels, start_level):
+    def __init__(self, game, mode, num_envs, seed, num_levels, start_level, threads=0):
         self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
                                           num_levels=num_levels, start_level=start_level, channel_first=False,
-                                          num_threads=env_threads(num_envs))
+                                          num_threads=threads or env_threads(num_envs))
         self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
 
     def reset(self):
@@ -281,9 +283,11 @@ class ProcgenPackage:
 def make_envs(args, num_envs: int, seed: int, test: bool = False):
     """Training envs on levels [start_level, start_level + num_levels), or with test=True the full level
     distribution (Cobbe et al. 2020's generalisation protocol)."""
-    backend = EnvpoolProcgen if args.env_backend == "envpool" else ProcgenPackage
     num_levels, start_level = (0, 0) if test else (args.num_levels, args.start_level)
-    return backend(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level)
+    if args.env_backend == "procgen":
+        return ProcgenPackage(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level)
+    return EnvpoolProcgen(args.env_id, args.distribution_mode, num_envs, seed, num_levels, start_level,
+                          0 if test else args.env_threads)
 
 
 class RewardNormalizer:
@@ -790,6 +794,7 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
     check_scaling_flags(args)
     scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check_scaling(args, scaling)
@@ -799,8 +804,8 @@ def validate(args) -> dict:
 
 
 # Flags a resume may change besides the shared ones: the test-level evaluation (its own envs and torch generator,
-# never training's), and --init-from, which --resume overrides
-RESUMABLE = ("eval_every", "eval_episodes", "init_from")
+# never training's), --init-from, which --resume overrides, and --env-threads (envpool steps each env alone)
+RESUMABLE = ("eval_every", "eval_episodes", "init_from", "env_threads")
 # what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
 # weights load; every game has the same 15 actions, so another game is a transfer)
 INIT_FROM_KEYS = ()

@@ -98,6 +98,8 @@ class Args(ScalingArgs, RunArgs):
     """store conv activations channels-last (off: LayerNorm over (C, H, W) undoes the layout; slower here)"""
     async_envs: bool = False
     """step the envs in two halves that take turns: one half steps on envpool's threads while the Q-network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
+    env_threads: int = 0
+    """envpool worker threads per instance (0: one per CPU core this process may use, at most one per env, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     update_chunk_size: int = 512
@@ -218,10 +220,11 @@ def import_envpool():
     return envpool
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True):
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0):
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=env_threads(num_envs),
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                        num_threads=threads or env_threads(num_envs),
                         episodic_life=train, reward_clip=train)
 
 
@@ -232,13 +235,14 @@ def env_threads(num_envs: int) -> int:
     return max(1, min(num_envs, cores))
 
 
-def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool) -> list:
+def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool, threads: int = 0) -> list:
     """The training envs: one envpool instance, or with --async-envs two halves that step in turn (envpool seeds
     env i with seed + i, so env i plays the same games in both modes)."""
     if not async_envs:
-        return [EnvClock(make_envs(env_id, num_envs, seed))]
+        return [EnvClock(make_envs(env_id, num_envs, seed, threads=threads))]
     half = num_envs // 2
-    return [EnvClock(make_envs(env_id, half, seed)), EnvClock(make_envs(env_id, half, seed + half))]
+    return [EnvClock(make_envs(env_id, half, seed, threads=threads)),
+            EnvClock(make_envs(env_id, half, seed + half, threads=threads))]
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -720,6 +724,7 @@ def validate(args) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check(args.num_envs % world_size == 0,
           f"--num-envs {args.num_envs} must be divisible by the {world_size} torchrun ranks")
+    check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
     check(not args.async_envs or (args.num_envs // world_size) % 2 == 0,
           f"--async-envs splits each process's {args.num_envs // world_size} envs into two halves: pass an even "
           f"--num-envs{' per torchrun rank' if world_size > 1 else ''}")
@@ -733,8 +738,9 @@ def validate(args) -> dict:
 
 # Flags a resume may change besides the shared ones: what the evaluation plays with (its own envs and generator) and
 # the episodes of --save-model's (not --eval-envs, whose states share the rollout's forward pass), --init-from,
-# which --resume overrides, and --async-envs, which reorders the rollout's work (a resumed run's envs restart anyway)
-RESUMABLE = ("eval_episodes", "eval_epsilon", "init_from", "async_envs")
+# which --resume overrides, --async-envs, which reorders the rollout's work (a resumed run's envs restart anyway), and
+# --env-threads (envpool steps each env alone)
+RESUMABLE = ("eval_episodes", "eval_epsilon", "init_from", "async_envs", "env_threads")
 # what a checkpoint written before --network stands for: CleanRL's network, the only one then
 SIGNATURE_IMPLIED = {"network": "cleanrl"}
 # what --init-from must share with its checkpoint besides the script: nothing (the network's shapes are checked as its
@@ -922,7 +928,7 @@ def main():
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
     with Phase(f"starting {local_envs} {args.env_id} envs" + (" in two alternating halves" if args.async_envs else "")
                + (f" and {args.eval_envs} evaluation envs" if args.eval_envs and rank == 0 else ""), show=rank == 0):
-        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs)
+        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs, args.env_threads)
         evaluator = None
         if args.eval_envs and rank == 0:  # greedy evaluation envs, seeded apart from the training envs
             evaluator = Evaluator(args.env_id, args.eval_envs, env_seed + 500_009, args.eval_epsilon, device)

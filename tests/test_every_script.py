@@ -146,6 +146,8 @@ def bad_input_cases():
             if name == "pqn_atari" and flags[0] == "--ent-coef":  # Q-learning has no entropy bonus
                 continue
             yield pytest.param(name, flags, says, id=f"{name}:{' '.join(flags)}")
+        if name in [s.name for s in TORCH_SCRIPTS]:  # envpool's threads: the torch scripts' flag
+            yield pytest.param(name, ["--env-threads", "-1"], "--env-threads", id=f"{name}:--env-threads -1")
 
 
 @pytest.mark.parametrize("name, flags, says", bad_input_cases())
@@ -331,3 +333,20 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(script, tmp_path):
     assert code == 0, err[-3000:]
     assert "resuming from iteration 2" in stdout
     assert load_ckpt(run_dir)["iteration"] == 3 and json.load(open(run_dir / "summary.json"))["status"] == "finished"
+
+
+
+def test_env_threads_flag_sets_each_instances_workers():
+    """--env-threads N: N workers in each envpool instance (each half's with --async-envs; envpool's config records
+    what it was given); 0 the scripts' count; Procgen's evaluation envs keep that count."""
+    for name in ["ppo_atari_envpool", "pqn_atari"]:
+        script = module(name)
+        for async_envs, threads, expected in [(False, 3, [3]), (True, 2, [2, 2]), (False, 0, [script.env_threads(4)])]:
+            groups = script.make_env_groups("Breakout-v5", 4, 1, async_envs, threads)
+            assert [g.inner.config["num_threads"] for g in groups] == expected, (name, async_envs, threads)
+            for g in groups:
+                g.close()
+    procgen = module("ppo_procgen")
+    args = procgen.Args(env_id="bigfish", num_envs=4, env_threads=3)
+    train, test = procgen.make_envs(args, 4, 1), procgen.make_envs(args, 4, 2, test=True)
+    assert (train.envs.config["num_threads"], test.envs.config["num_threads"]) == (3, procgen.env_threads(4))

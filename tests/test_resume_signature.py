@@ -58,10 +58,11 @@ SHARED_RESUMABLE = {"total_timesteps", "exp_name", "track", "wandb_project_name"
                     "save_model", "checkpoint_every", "resume", "progress", "diagnostics_every", "diagnostics_states",
                     "kl_profile"}
 RESUMABLE = {
-    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from", "async_envs"},
-    "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from", "async_envs"},
-    "ppo_procgen": {"eval_every", "eval_episodes", "init_from"},
-    "ppo_continuous_mujoco": {"eval_episodes", "init_from"},
+    "ppo_atari_envpool": {"eval_episodes", "save_features_every", "features_states", "init_from", "async_envs",
+                          "env_threads"},
+    "pqn_atari": {"eval_episodes", "eval_epsilon", "init_from", "async_envs", "env_threads"},
+    "ppo_procgen": {"eval_every", "eval_episodes", "init_from", "env_threads"},
+    "ppo_continuous_mujoco": {"eval_episodes", "init_from", "env_threads"},
     "ppo_ewma_jax2d": {"eval_every", "eval_attempts", "final_eval", "keep_checkpoints", "init_from"},
     "sfl_kinetix_jax": {"eval_every", "eval_random_levels", "eval_level_seed", "eval_attempts", "final_eval",
                         "distributed", "estimate_memory", "init_from"},
