@@ -28,7 +28,7 @@ OUT_DIR=${1:-${OUT:-runs/gpu_check}}
 mkdir -p "$OUT_DIR" || { echo "error: cannot create the output folder $OUT_DIR; pass a writable OUT_DIR" >&2; exit 2; }
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 if [ -n "${SITE:-}" ]; then
-  [ -d "$SITE" ] || { echo "error: SITE=$SITE is not a folder; pass the folder offline_site.sh built" >&2; exit 2; }
+  [ -d "$SITE" ] || { echo "error: SITE=$SITE is not a folder; pass a folder of the packages the image lacks (header)" >&2; exit 2; }
   export PYTHONPATH="$(cd "$SITE" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,6 +1,6 @@
 """Every script a few iterations on a CUDA GPU (pytest -m gpu tests/test_gpu.py): diagnostics on, losses finite, the
-run directory complete, and a checkpoint resumed. Tests marked gpu are skipped where torch sees no CUDA device
-(tests/conftest.py); their last results are on docs/gpu.md. They reuse the tiny configurations of each script's own
+run directory complete, and a checkpoint resumed. Tests marked gpu are skipped where no CUDA GPU is present (torch
+sees none and nvidia-smi lists none: tests/conftest.py); their last results are on docs/gpu.md. They reuse the tiny configurations of each script's own
 test file and run in this process (tests/inprocess.py), the torch scripts first, then the JAX scripts.
 
 What "resumed" asserts on a GPU:
