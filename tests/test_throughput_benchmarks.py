@@ -559,3 +559,37 @@ def test_env_limit_pins_each_halfs_threads_to_its_own_cores():
         envs.close()
     assert pinned == ["0", "1"]
     assert added and all(v == everywhere for v in added)
+
+
+# ppo_atari_update_speed.py: the update alone, per setting
+def test_update_speed_dry_run_times_every_eager_variant_and_the_fraction_of_the_limit(tmp_path):
+    """Tiny sizes on CPU: each eager variant's median over its timed iterations, with the 16 optimizer steps of the
+    script's 4 epochs x 4 minibatches, and the fraction of an env limit of 4,000 steps/s a synchronous loop would
+    reach, rollout / (rollout + update), recomputed here by hand."""
+    import subprocess
+    out = tmp_path / "u.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "ppo_atari_update_speed.py"), "--cpu-dry-run",
+                           "--iterations", "2", "--env-rate", "4000", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.load(open(out))
+    assert list(result["variants"]) == ["eager_chunked", "eager_whole", "eager_whole_bf16", "eager_chunked_bf16"]
+    rollout = 8 * 16 / 4000
+    for name, row in result["variants"].items():
+        assert len(row["seconds"]) == 2 and row["seconds_median"] == statistics.median(row["seconds"]) > 0
+        assert row["optimizer_steps"] == 16 and row["minibatch_size"] == 32
+        assert row["of_sync_limit"] == pytest.approx(rollout / (rollout + row["seconds_median"]))
+        assert f"{name:<22} {row['seconds_median']:.4f} s per iteration" in done.stdout
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--variants", "eager_chunked,fast"], "--variants fast: unknown"),
+    (["--iterations", "0"], "must be >= 1"),
+    (["--env-rate", "-5"], "--env-rate must be >= 0"),
+])
+def test_update_speed_refuses_bad_options_in_one_line(flags, words):
+    import subprocess
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "ppo_atari_update_speed.py")] + flags,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert words in done.stderr
