@@ -17,6 +17,9 @@ in this order (a variant that would start past --deadline-s is skipped and marke
     compiled_chunked   torch.compile (the default), chunks of 512: the script's default update
     compiled_whole     torch.compile, whole minibatches
     eager_whole_bf16, compiled_whole_bf16, eager_chunked_bf16, compiled_chunked_bf16   the same under --bf16
+    cudagraphs_whole   torch.compile(mode="reduce-overhead") of the loss, whole minibatches: CUDA graphs replay the
+                       forward and backward kernels in one launch each (LeanRL's lever); the scripts do not offer it,
+                       this row says whether they should (an error is recorded, not raised)
 On CUDA fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at this N on this
 machine, e.g. benchmark/ppo_atari_env_limit.py's "sync" row) it also prints the fraction of that limit a synchronous
 loop would reach with each update, rollout / (rollout + update) with the rollout at the limit: 0.95 needs the update
@@ -42,6 +45,7 @@ VARIANTS = {  # name: (compile, update chunk size, bf16)
     "compiled_chunked": (True, 512, False), "compiled_whole": (True, 0, False),
     "eager_whole_bf16": (False, 0, True), "compiled_whole_bf16": (True, 0, True),
     "eager_chunked_bf16": (False, 512, True), "compiled_chunked_bf16": (True, 512, True),
+    "cudagraphs_whole": ("reduce-overhead", 0, False),
 }
 
 
@@ -59,19 +63,31 @@ def random_batch(m, size: int, num_actions: int, device):
                    valid=torch.ones(size, device=device))
 
 
+def cudagraphed(loss):
+    """The loss compiled into CUDA graphs; each call starts a new step, so that a replay may reuse the last one's
+    memory (update() reads a call's outputs before the next call)."""
+    import torch
+    compiled = torch.compile(loss, mode="reduce-overhead")
+
+    def call(*args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args, **kwargs)
+    return call
+
+
 def time_variant(m, name: str, num_envs: int, num_steps: int, iterations: int, batch, device) -> dict:
     """Median seconds of one iteration's update in this variant, and the device's peak memory (CUDA)."""
     import functools
     import torch
     compiled, chunk, bf16 = VARIANTS[name]
-    args = m.Args(num_envs=num_envs, num_steps=num_steps, compile=compiled, update_chunk_size=chunk, bf16=bf16,
+    args = m.Args(num_envs=num_envs, num_steps=num_steps, compile=bool(compiled), update_chunk_size=chunk, bf16=bf16,
                   diagnostics_every=0)
     scaling = m.resolve_scaling(args)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
     m.set_tf32(device, True)
     agent, optimizer = m.build_agent(args, 4, device)  # Breakout's 4 actions
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
-    loss_fn = m.maybe_compile(m.ppo_loss, compiled)
+    loss_fn = cudagraphed(m.ppo_loss) if compiled == "reduce-overhead" else m.maybe_compile(m.ppo_loss, compiled)
     ranks = m.Ranks(1, 0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -134,7 +150,14 @@ def main():
             result["variants"][name] = "skipped: past the deadline"
             print(f"   {name:<22} skipped (past --deadline-s)", flush=True)
             continue
-        row = time_variant(m, name, num_envs, num_steps, opts.iterations, batch, device)
+        try:
+            row = time_variant(m, name, num_envs, num_steps, opts.iterations, batch, device)
+        except Exception as e:  # noqa: BLE001  (an experimental row: its failure is a result)
+            if not name.startswith("cudagraphs"):
+                raise
+            result["variants"][name] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+            print(f"   {name:<22} {result['variants'][name]}", flush=True)
+            continue
         if rollout:
             row["of_sync_limit"] = rollout / (rollout + row["seconds_median"])
         result["variants"][name] = row
