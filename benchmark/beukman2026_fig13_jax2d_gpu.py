@@ -187,8 +187,11 @@ def sqrt_lr_at(opts) -> list:
 
 
 class Deadline:
+    """The run's end, and the longest compile seen so far (of any N: a larger N's compile is not shorter), which a
+    new arm's compile must leave time for."""
+
     def __init__(self, seconds: float):
-        self.end = time.time() + seconds
+        self.end, self.longest_compile = time.time() + seconds, 0.0
 
     def left(self) -> float:
         return self.end - time.time()
@@ -214,13 +217,13 @@ def measure_group(m, opts, extra: dict, n: int, deadline: Deadline) -> dict:
     group = {"num_envs": n, "num_steps": steps, "arms": {}, "env_sps": []}
     hyper = m.Hyper(clip_coef=jnp.float32(0.2), ewma_com=jnp.float32(0.0), ent_coef=jnp.float32(0.01),
                     vf_coef=jnp.float32(0.5))  # B26 Table 2; ewma_com 0 is PPO, as B26 Fig. 9
-    live, last_compile = {}, 0.0
+    live = {}
     for recipe in arms_at(n, opts):
         args = configure(m, n, recipe, opts.base, extra)
         arm = {"minibatch_size": args.batch_size // args.num_minibatches, "num_minibatches": args.num_minibatches,
                "learning_rate": args.learning_rate, "sps": []}
         group["arms"][recipe] = arm
-        if deadline.left() < 1.5 * last_compile + 30:  # a compile that would not leave time to time it
+        if deadline.left() < 1.5 * deadline.longest_compile + 30:  # a compile that would leave no time to time it
             arm["skipped"] = "past the deadline"
             continue
         t = time.time()
@@ -230,7 +233,8 @@ def measure_group(m, opts, extra: dict, n: int, deadline: Deadline) -> dict:
         probe = train.empty_probe(runner.train.params)
         runner, probe, stats, _ = train.train_chunk(hyper, train.tasks, runner, probe, 1, -1)
         jax.block_until_ready(stats)  # compile and one untimed update
-        arm["compile_and_first_update_s"] = last_compile = round(time.time() - t, 1)
+        arm["compile_and_first_update_s"] = round(time.time() - t, 1)
+        deadline.longest_compile = max(deadline.longest_compile, arm["compile_and_first_update_s"])
         live[recipe] = [train, runner, probe]
         if not group["env_sps"]:  # the environment alone, on the first arm's envs and tasks: R rollouts' mean
             group["env_sps"] = [round(random_rollout_sps(train, n, steps, opts.rounds), 1)]

@@ -201,7 +201,9 @@ def timed_call(what: str, run, iterations: int, times: list = None) -> float:
     return sps
 
 
-def measure(num_envs: int, opts) -> dict:
+def measure(num_envs: int, opts, save=lambda row: None) -> dict:
+    """Every number at num_envs; save(row) gets what is measured so far after the envpool rows and after each run
+    (a call cut short by its time limit keeps them, marked "partial")."""
     num_steps = (16 if opts.cpu_dry_run else 128) if num_envs <= 16 else (16 if opts.cpu_dry_run else 64)
     print(f"== {num_envs} envs ({ENV_ID}, random actions, {opts.seconds:g} s each)", flush=True)
     limits = {"sync": sync_rate(num_envs, opts.seconds), "async": async_rate(num_envs, opts.seconds),
@@ -209,14 +211,18 @@ def measure(num_envs: int, opts) -> dict:
     limits.update(thread_layouts(num_envs, opts.seconds))
     for name, rate in limits.items():
         print(f"   envpool {name:<19} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
+    row = {"num_envs": num_envs, "num_steps": num_steps, "envpool_steps_per_s": limits, "partial": True}
+    save(row)
     runs = programs(num_envs, num_steps, opts)
     for name, run in runs.items():  # warm-up: torch.compile's and the kernels' caches, CleanRL's imports
         timed_call(f"warm-up, {name}, 2 iterations", run, 2)
     sps, times = {name: [] for name in runs}, {name: [] for name in runs if name != "CleanRL"}
+    row.update(sps_runs=sps, loop_seconds_runs=times)
     for _ in range(opts.repeats):
         for name, run in runs.items():
             sps[name].append(timed_call(f"{name}, {opts.iterations} iterations", run, opts.iterations,
                                         times.get(name)))
+            save(row)
     medians = {name: statistics.median(values) for name, values in sps.items()}
     print(f"   {num_envs} x {num_steps}, {opts.iterations} iterations, median of {opts.repeats}:")
     width = max(map(len, medians))
@@ -236,7 +242,8 @@ def measure(num_envs: int, opts) -> dict:
 
 def machine() -> dict:
     out = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
-           "cpu_cores": os.cpu_count(), "pinnable_cores": pinnable_cores()}
+           "cpu_cores": os.cpu_count(), "pinnable_cores": pinnable_cores(),
+           "kernel": platform.release()}  # a sandbox's kernel (gVisor says 4.4.0) may not enforce thread affinity
     try:
         import torch
         out.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
@@ -296,11 +303,13 @@ def main():
     check_our_flags(shlex.split(opts.ours_flags))
     result = {"machine": machine(), "env_id": ENV_ID, "ours_flags": opts.ours_flags, "results": [],
               "dry_run": opts.cpu_dry_run}
-    for n in counts:  # written after each N: a run stopped by a time limit keeps the Ns it finished
-        result["results"].append(measure(n, opts))
+    def save(row=None):  # the Ns finished, and what the current one has measured so far
         if opts.out:
             with open(opts.out, "w") as f:
-                json.dump(result, f, indent=1)
+                json.dump({**result, "results": result["results"] + ([row] if row else [])}, f, indent=1)
+    for n in counts:
+        result["results"].append(measure(n, opts, save))
+        save()
 
 
 if __name__ == "__main__":

@@ -10,16 +10,20 @@ One iteration's update is the script's own `update` (update_epochs x num_minibat
 Adam, the gradient clip), at the script's defaults for --num-envs x --num-steps (4 epochs x 4 minibatches), on a batch
 of random frames, actions and targets on the device (random data: the update's work does not depend on the values).
 Each variant runs one untimed iteration (torch.compile builds there), then --iterations timed ones, each ended by
-the script's own host sync (its losses read back); the median is reported, with the device's peak memory. Variants,
-in this order (a variant that would start past --deadline-s is skipped and marked so):
+the script's own host sync (its losses read back); the median is reported, with the device's peak memory. As in the
+script, cuDNN is deterministic (--torch-deterministic); each variant starts from a fresh torch.compile state (no
+shapes marked dynamic by an earlier variant) and records the graphs it compiled and the CUDA graphs inductor skipped,
+so that a compile that fell back to eager shows. Variants, in this order (one that would start past --deadline-s, a
+compiled one past --deadline-s minus 90 s, is skipped and marked so; one that fails is recorded and the next runs):
     eager_chunked      --no-compile, minibatches backpropagated in chunks of 512 (--update-chunk-size 512)
     eager_whole        --no-compile, whole minibatches (--update-chunk-size 0)
+    eager_whole_bf16, eager_chunked_bf16   the same under --bf16
     compiled_chunked   torch.compile (the default), chunks of 512: the script's default update
     compiled_whole     torch.compile, whole minibatches
-    eager_whole_bf16, compiled_whole_bf16, eager_chunked_bf16, compiled_chunked_bf16   the same under --bf16
     cudagraphs_whole   torch.compile(mode="reduce-overhead") of the loss, whole minibatches: CUDA graphs replay the
                        forward and backward kernels in one launch each (LeanRL's lever); the scripts do not offer it,
-                       this row says whether they should (an error is recorded, not raised)
+                       this row says whether they should
+    compiled_whole_bf16, compiled_chunked_bf16   compiled under --bf16
 On CUDA fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at this N on this
 machine, e.g. benchmark/ppo_atari_env_limit.py's "sync" row) it also prints the fraction of that limit a synchronous
 loop would reach with each update, rollout / (rollout + update) with the rollout at the limit: 0.95 needs the update
@@ -40,13 +44,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 from _throughput_common import refuse  # noqa: E402
 
-VARIANTS = {  # name: (compile, update chunk size, bf16)
+VARIANTS = {  # name: (compile, update chunk size, bf16); the eager ones first: a cold compile may take minutes
     "eager_chunked": (False, 512, False), "eager_whole": (False, 0, False),
+    "eager_whole_bf16": (False, 0, True), "eager_chunked_bf16": (False, 512, True),
     "compiled_chunked": (True, 512, False), "compiled_whole": (True, 0, False),
-    "eager_whole_bf16": (False, 0, True), "compiled_whole_bf16": (True, 0, True),
-    "eager_chunked_bf16": (False, 512, True), "compiled_chunked_bf16": (True, 512, True),
     "cudagraphs_whole": ("reduce-overhead", 0, False),
+    "compiled_whole_bf16": (True, 0, True), "compiled_chunked_bf16": (True, 512, True),
 }
+COMPILE_ALLOWANCE_S = 90  # a compiled variant starts only this long before --deadline-s (a cold CUDA compile)
 
 
 def random_batch(m, size: int, num_actions: int, device):
@@ -79,12 +84,17 @@ def time_variant(m, name: str, num_envs: int, num_steps: int, iterations: int, b
     """Median seconds of one iteration's update in this variant, and the device's peak memory (CUDA)."""
     import functools
     import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
     compiled, chunk, bf16 = VARIANTS[name]
+    torch._dynamo.reset()  # no shapes marked dynamic, no graphs kept, by an earlier variant
+    counters.clear()
     args = m.Args(num_envs=num_envs, num_steps=num_steps, compile=bool(compiled), update_chunk_size=chunk, bf16=bf16,
                   diagnostics_every=0)
     scaling = m.resolve_scaling(args)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
     m.set_tf32(device, True)
+    torch.backends.cudnn.deterministic = args.torch_deterministic  # the script's cuDNN algorithms
     agent, optimizer = m.build_agent(args, 4, device)  # Breakout's 4 actions
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
     loss_fn = cudagraphed(m.ppo_loss) if compiled == "reduce-overhead" else m.maybe_compile(m.ppo_loss, compiled)
@@ -103,7 +113,9 @@ def time_variant(m, name: str, num_envs: int, num_steps: int, iterations: int, b
             first = time.perf_counter() - start
     return {"seconds_median": statistics.median(seconds), "seconds": seconds, "first_iteration_seconds": first,
             "optimizer_steps": steps, "minibatch_size": scaling["minibatch_size"],
-            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
+            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+            "graphs_compiled": counters["stats"]["unique_graphs"],
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
 
 
 def main():
@@ -146,15 +158,13 @@ def main():
     print(f"== the update of {num_envs} x {num_steps} on {device}, {opts.iterations} timed iterations per variant"
           + (f"; a rollout at {opts.env_rate:,.0f} steps/s takes {rollout:.3f} s" if rollout else ""), flush=True)
     for name in names:
-        if time.time() - started > opts.deadline_s:
+        if time.time() - started > opts.deadline_s - (COMPILE_ALLOWANCE_S if VARIANTS[name][0] else 0):
             result["variants"][name] = "skipped: past the deadline"
             print(f"   {name:<22} skipped (past --deadline-s)", flush=True)
             continue
         try:
             row = time_variant(m, name, num_envs, num_steps, opts.iterations, batch, device)
-        except Exception as e:  # noqa: BLE001  (an experimental row: its failure is a result)
-            if not name.startswith("cudagraphs"):
-                raise
+        except Exception as e:  # noqa: BLE001  (one GPU call for every row: a failure is recorded, the next runs)
             result["variants"][name] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
             print(f"   {name:<22} {result['variants'][name]}", flush=True)
             continue
@@ -163,6 +173,8 @@ def main():
         result["variants"][name] = row
         peak = f", peak {row['peak_device_bytes'] / 2**30:.2f} GiB" if row["peak_device_bytes"] else ""
         limit = f", {row['of_sync_limit']:.3f} of the env limit" if rollout else ""
+        if VARIANTS[name][0]:
+            limit += f"; {row['graphs_compiled']} graphs compiled, {row['cudagraph_skips']} CUDA graphs skipped"
         print(f"   {name:<22} {row['seconds_median']:.4f} s per iteration ({row['optimizer_steps']} steps of "
               f"{row['minibatch_size']:,}; first {row['first_iteration_seconds']:.1f} s){peak}{limit}", flush=True)
         if opts.out:  # rewritten after each variant: a run cut short keeps what it measured

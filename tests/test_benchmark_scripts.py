@@ -930,6 +930,7 @@ def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     written = json.load(open(tmp_path / "r.json"))
     (result,) = written["results"]
+    assert "partial" not in result and written["machine"]["kernel"]  # the finished N, not a run cut short
     pinned = {"halves_pinned_apart", "sync_pinned"} if written["machine"]["pinnable_cores"] >= 2 else set()
     assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves", "halves_half_threads"} | pinned
     half = max(1, len(os.sched_getaffinity(0)) // 2)

@@ -593,3 +593,24 @@ def test_update_speed_refuses_bad_options_in_one_line(flags, words):
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
     assert words in done.stderr
+
+
+def test_env_limit_saves_each_n_as_it_goes(monkeypatch):
+    """A call cut short by its time limit keeps what it measured: measure() hands save() the envpool rows first, then
+    the row again after each timed run (here the second program dies in its timed run)."""
+    bench = load("ppo_atari_env_limit")
+    for rate in ("sync_rate", "async_rate", "halves_rate"):
+        monkeypatch.setattr(bench, rate, lambda *a, **k: 1000.0)
+    monkeypatch.setattr(bench, "thread_layouts", lambda *a: {"halves_half_threads": 1100.0})
+
+    def dies(k, times=None):
+        if k > 2:  # after its warm-up
+            raise TimeoutError("the call's time limit")
+        return 1.0
+    monkeypatch.setattr(bench, "programs", lambda *a: {"ours": lambda k, times=None: 500.0, "ours --async-envs": dies})
+    saved = []
+    opts = argparse.Namespace(cpu_dry_run=True, seconds=1.0, repeats=1, iterations=3)
+    with pytest.raises(TimeoutError):
+        bench.measure(8, opts, lambda row: saved.append(json.loads(json.dumps(row))))
+    assert saved[0]["partial"] and saved[0]["envpool_steps_per_s"]["halves_half_threads"] == 1100.0
+    assert "sps_runs" not in saved[0] and saved[-1]["sps_runs"] == {"ours": [500.0], "ours --async-envs": []}
