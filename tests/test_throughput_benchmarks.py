@@ -614,3 +614,20 @@ def test_env_limit_saves_each_n_as_it_goes(monkeypatch):
         bench.measure(8, opts, lambda row: saved.append(json.loads(json.dumps(row))))
     assert saved[0]["partial"] and saved[0]["envpool_steps_per_s"]["halves_half_threads"] == 1100.0
     assert "sps_runs" not in saved[0] and saved[-1]["sps_runs"] == {"ours": [500.0], "ours --async-envs": []}
+
+
+def test_fig13_makes_the_tasks_once_per_seed_and_count():
+    """Every arm's make_train asks for the same tasks: the generator runs once per (seed, count) and hands back the
+    same object; another seed or count is generated anew."""
+    bench = load("beukman2026_fig13_jax2d_gpu")
+    calls = []
+
+    class Script:
+        @staticmethod
+        def generate_tasks(env, env_params, static_params, task_seed, num_tasks):
+            calls.append((task_seed, num_tasks))
+            return object()
+    bench.tasks_made_once(Script)
+    a, b = Script.generate_tasks("env", "p", "s", 0, 512), Script.generate_tasks("env2", "p2", "s2", 0, 512)
+    c = Script.generate_tasks("env", "p", "s", 1, 512)
+    assert a is b and c is not a and calls == [(0, 512), (1, 512)]
