@@ -27,7 +27,7 @@ ends, so a run stopped by a time limit shows what took its time.
 On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a minute, and the first warm-up run of ours
 (a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
 10-minute sitting, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
-envs', not the kernels'). --ours-flags are added to both of ours' runs and recorded in the JSON. --cpu-dry-run runs
+envs', not the kernels'). --ours-flags are added to all of ours' runs and recorded in the JSON. --cpu-dry-run runs
 every step at tiny sizes (it catches mistakes; its numbers mean nothing).
 """
 import argparse
@@ -285,7 +285,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=1, help="timed runs of each program, alternated; medians")
     parser.add_argument("--cleanrl", help="path of a CleanRL checkout (never committed) to time its script too")
     parser.add_argument("--ours-flags", default="",
-                        help="more flags for both of ours' runs, e.g. --ours-flags=--no-compile")
+                        help="more flags for all of ours' runs, e.g. --ours-flags=--no-compile")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on CPU: every step runs, numbers mean nothing")
     opts = parser.parse_args()

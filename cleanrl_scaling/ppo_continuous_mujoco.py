@@ -234,7 +234,7 @@ def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int 
     if backend == "envpool":
         envpool = import_envpool()
         return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                            num_threads=threads or env_threads(num_envs))
+                            num_threads=min(threads or env_threads(num_envs), num_envs))
     gym = quiet_gymnasium()
     mode = gym.vector.AutoresetMode.SAME_STEP if same_step else gym.vector.AutoresetMode.NEXT_STEP
     if num_envs == 1:

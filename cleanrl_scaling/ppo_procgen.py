@@ -109,7 +109,7 @@ class Args(ScalingArgs, RunArgs):
     env_backend: Literal["envpool", "procgen"] = "envpool"
     """envpool (C++ threads) or the procgen package's ProcgenEnv (the reference M25 and CleanRL used)"""
     env_threads: int = 0
-    """envpool worker threads (0: one per CPU core this process may use, at most one per env, the node's cores shared among its torchrun ranks; the procgen backend has none); changes no result"""
+    """envpool worker threads of the training envs, at most one per env (0: one per CPU core this process may use, the node's cores shared among its torchrun ranks; the procgen backend has none); changes no result"""
     num_levels: int = 0
     """train on this many levels (Cobbe et al.: 200); 0 = the full level distribution (M25, CleanRL)"""
     start_level: int = 0
@@ -223,7 +223,7 @@ class EnvpoolProcgen:
     def __init__(self, game, mode, num_envs, seed, num_levels, start_level, threads=0):
         self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
                                           num_levels=num_levels, start_level=start_level, channel_first=False,
-                                          num_threads=threads or env_threads(num_envs))
+                                          num_threads=min(threads or env_threads(num_envs), num_envs))
         self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
 
     def reset(self):

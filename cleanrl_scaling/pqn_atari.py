@@ -99,7 +99,7 @@ class Args(ScalingArgs, RunArgs):
     async_envs: bool = False
     """step the envs in two halves that take turns: one half steps on envpool's threads while the Q-network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
     env_threads: int = 0
-    """envpool worker threads per instance (0: one per CPU core this process may use, at most one per env, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
+    """envpool worker threads of the training envs, at most one per env (0: one per CPU core this process may use, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
     update_chunk_size: int = 512
@@ -224,7 +224,7 @@ def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                        num_threads=threads or env_threads(num_envs),
+                        num_threads=min(threads or env_threads(num_envs), num_envs),
                         episodic_life=train, reward_clip=train)
 
 

@@ -45,15 +45,20 @@ def pytest_xdist_make_scheduler(config, log):
     return HeaviestFileFirst(config, log)
 
 
-def cuda_gpu_present() -> bool:
-    """torch sees a CUDA device, or (torch absent or built without CUDA, e.g. a JAX-only image) the NVIDIA driver lists
-    a GPU: then the gpu tests run, and one whose framework cannot use the GPU fails and says so, rather than skipping."""
+def torch_sees_cuda() -> bool:
     try:
         import torch
-        if torch.cuda.is_available():
-            return True
     except ImportError:
-        pass
+        return False
+    return torch.cuda.is_available()
+
+
+def driver_lists_a_gpu() -> bool:
+    """nvidia-smi -L lists a GPU that CUDA_VISIBLE_DEVICES does not hide: for the JAX tests, which must run (and fail,
+    saying so, if JAX cannot use it) where torch is absent or a CPU build, as in the JAX environment docs/installation.md
+    sets up."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -62,11 +67,14 @@ def cuda_gpu_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked gpu are skipped where no CUDA GPU is present (pytest.ini's marker). torch is imported only when
-    such a test was collected, so a run of other files does not pay for it here."""
+    """Tests marked gpu are skipped where their framework has no CUDA GPU (pytest.ini's marker): torch's tests where
+    torch sees none, JAX's (marked gpu("jax")) where the driver lists none. torch is imported only when such a test
+    was collected, so a run of other files does not pay for it here."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
-    if not gpu_items or cuda_gpu_present():
+    if not gpu_items:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch sees none and nvidia-smi lists none)")
+    present = {"torch": torch_sees_cuda(), "jax": driver_lists_a_gpu()}
     for item in gpu_items:
-        item.add_marker(skip)
+        framework = (item.get_closest_marker("gpu").args or ("torch",))[0]
+        if not present[framework]:
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU that {framework} can use: none seen"))

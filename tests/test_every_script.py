@@ -252,9 +252,10 @@ import os, sys
 from cleanrl_scaling import {module} as script
 envpool = script.import_envpool()
 os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # one core, as under a cpuset: its threads inherit it
+kept = []  # every instance stays open: no thread of an earlier one is still being joined while one is counted
 def started(make):
     before = len(os.listdir("/proc/self/task"))
-    envs = make()
+    kept.append(make())
     return len(os.listdir("/proc/self/task")) - before
 reference = lambda: envpool.make("{reference}", env_type="gymnasium", num_envs=4, seed=1, num_threads=1)
 started(reference)  # the first instance of a game may start threads of its own once (Procgen does)

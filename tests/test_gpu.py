@@ -1,6 +1,6 @@
 """Every script a few iterations on a CUDA GPU (pytest -m gpu tests/test_gpu.py): diagnostics on, losses finite, the
-run directory complete, and a checkpoint resumed. Tests marked gpu are skipped where no CUDA GPU is present (torch
-sees none and nvidia-smi lists none: tests/conftest.py); their last results are on docs/gpu.md. They reuse the tiny configurations of each script's own
+run directory complete, and a checkpoint resumed. Tests marked gpu are skipped where their framework has no CUDA GPU
+(torch's where torch sees none, JAX's where nvidia-smi lists none: tests/conftest.py); their last results are on docs/gpu.md. They reuse the tiny configurations of each script's own
 test file and run in this process (tests/inprocess.py), the torch scripts first, then the JAX scripts.
 
 What "resumed" asserts on a GPU:
@@ -103,13 +103,15 @@ def assert_complete_and_finite(run_dir: str, iterations: int, diagnostics: set) 
 
 
 # ------------------------------------------------------------------------------------------------ the marker
-def test_gpu_tests_are_skipped_without_cuda(monkeypatch):
-    """The conftest hook: without a GPU a gpu-marked item gets a skip marker, other items none; with one none."""
+def test_gpu_tests_are_skipped_where_their_framework_sees_no_gpu(monkeypatch):
+    """The conftest hook: a torch gpu item is skipped unless torch sees CUDA, a JAX one (gpu("jax")) unless the driver
+    lists a GPU; unmarked items never. So a GPU node with the CPU torch of the JAX environment runs the JAX tests and
+    skips the torch ones, rather than failing them."""
     import conftest
 
     class Item:
-        def __init__(self, gpu):
-            self.markers = [pytest.mark.gpu.mark] if gpu else []
+        def __init__(self, mark):
+            self.markers = [mark] if mark else []
 
         def get_closest_marker(self, name):
             return next((mk for mk in self.markers if mk.name == name), None)
@@ -117,36 +119,38 @@ def test_gpu_tests_are_skipped_without_cuda(monkeypatch):
         def add_marker(self, marker):
             self.markers.append(marker.mark)
 
-    for available, skipped in [(False, [True, False]), (True, [False, False])]:
-        monkeypatch.setattr(conftest, "cuda_gpu_present", lambda: available)
-        items = [Item(gpu=True), Item(gpu=False)]
+    for torch_gpu, driver_gpu, skipped in [(False, False, [True, True, False]), (True, True, [False, False, False]),
+                                           (False, True, [True, False, False]), (True, False, [False, True, False])]:
+        monkeypatch.setattr(conftest, "torch_sees_cuda", lambda: torch_gpu)
+        monkeypatch.setattr(conftest, "driver_lists_a_gpu", lambda: driver_gpu)
+        items = [Item(pytest.mark.gpu.mark), Item(pytest.mark.gpu("jax").mark), Item(None)]
         conftest.pytest_collection_modifyitems(None, items)
         assert [item.get_closest_marker("skip") is not None for item in items] == skipped
 
 
-def test_a_gpu_is_present_where_torch_sees_one_or_the_driver_lists_one(monkeypatch):
-    """torch's CUDA first; without it (a JAX-only image, a CPU build of torch) nvidia-smi -L: a JAX test on a GPU
-    machine must run, not skip."""
+def test_the_driver_lists_a_gpu_unless_none_or_hidden(monkeypatch):
+    """nvidia-smi -L naming a GPU, unless CUDA_VISIBLE_DEVICES hides them all; no listing, no driver: none."""
     import conftest
-    import torch
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert conftest.cuda_gpu_present()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    lists = {"a GPU": (0, "GPU 0: NVIDIA H200 (UUID: GPU-0)\n"), "none": (9, ""), "no driver": None}
-    for case, expected in [("a GPU", True), ("none", False), ("no driver", False)]:
+    outputs = {"a GPU": (0, "GPU 0: NVIDIA H200 (UUID: GPU-0)\n"), "none": (9, ""), "no driver": None}
+    for case, hidden, expected in [("a GPU", None, True), ("a GPU", "", False), ("a GPU", "-1", False),
+                                   ("none", None, False), ("no driver", None, False)]:
         def nvidia_smi(cmd, **kwargs):
-            if lists[case] is None:
+            if outputs[case] is None:
                 raise FileNotFoundError(cmd[0])
-            return subprocess.CompletedProcess(cmd, lists[case][0], lists[case][1], "")
+            return subprocess.CompletedProcess(cmd, outputs[case][0], outputs[case][1], "")
         monkeypatch.setattr(conftest.subprocess, "run", nvidia_smi)
-        assert conftest.cuda_gpu_present() is expected, case
+        if hidden is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert conftest.driver_lists_a_gpu() is expected, (case, hidden)
 
 
 def test_the_suite_loads_without_pytest_xdist():
     """A CUDA image may have pytest without pytest-xdist: conftest's xdist hook must not stop the run there."""
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
-                          "-q", os.path.join(ROOT, "tests", "test_gpu.py"), "-k", "skipped_without_cuda"],
+                          "-q", os.path.join(ROOT, "tests", "test_gpu.py"), "-k", "skipped_where_their_framework"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
@@ -234,7 +238,7 @@ def test_async_envs_on_the_gpu(script, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ JAX scripts
-@pytest.mark.gpu
+@pytest.mark.gpu("jax")
 @pytest.mark.parametrize("script", JAX_SCRIPTS)
 def test_jax_script_runs_on_the_gpu_backend(script, tmp_path, monkeypatch):
     """A tiny run with diagnostics and evaluation on JAX's default backend, which must be the GPU; then 2 iterations
