@@ -60,13 +60,13 @@ ENV_ID = "Breakout-v5"
 # envpool alone
 # ---------------------------------------------------------------------------------------------------------
 def make_pool(num_envs: int, seed: int, batch_size: int = 0, threads: int = 0, first_core: int = -1):
-    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous; threads 0 is the
-    script's choice, min(batch_size, the cores this process may use) (envpool's default where that is every core);
-    first_core >= 0 pins its threads to the cores from there on (-1: not pinned)."""
+    """envpool with the training script's wrappers; batch_size < num_envs makes it asynchronous; threads, at most
+    batch_size, 0 for the script's choice, min(batch_size, the cores this process may use) (envpool's default where
+    that is every core); first_core >= 0 pins its threads to the cores from there on (-1: not pinned)."""
     from cleanrl_scaling.ppo_atari_envpool import env_threads, import_envpool
     batch_size = batch_size or num_envs
     return import_envpool().make(ENV_ID, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size, seed=seed,
-                                 episodic_life=True, reward_clip=True, num_threads=threads or env_threads(batch_size),
+                                 episodic_life=True, reward_clip=True, num_threads=env_threads(batch_size, threads),
                                  thread_affinity_offset=first_core)
 
 

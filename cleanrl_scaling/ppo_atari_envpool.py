@@ -200,15 +200,16 @@ def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                        num_threads=min(threads or env_threads(num_envs), num_envs),
+                        num_threads=env_threads(num_envs, threads),
                         episodic_life=train, reward_clip=train)
 
 
-def env_threads(num_envs: int) -> int:
-    """A worker per core this process may use, at most one per env: envpool's default counts the machine's cores,
-    i.e. many threads per allowed core under a Slurm cpuset or taskset; torchrun's ranks on a node share the cores."""
-    cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, min(num_envs, cores))
+def env_threads(num_envs: int, requested: int = 0) -> int:
+    """envpool's workers: `requested` (--env-threads), else one per core this process may use, at most one per env.
+    envpool's default counts the machine's cores, i.e. many threads per allowed core under a Slurm cpuset or taskset;
+    torchrun's ranks on a node share the cores."""
+    cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return min(requested or cores, num_envs)
 
 
 def make_env_groups(env_id: str, num_envs: int, seed: int, async_envs: bool, threads: int = 0) -> list:

@@ -219,11 +219,12 @@ def gymnasium_mujoco_ids() -> list:
                   if isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium.envs.mujoco"))
 
 
-def env_threads(num_envs: int) -> int:
-    """A worker per core this process may use, at most one per env: envpool's default counts the machine's cores,
-    i.e. many threads per allowed core under a Slurm cpuset or taskset; torchrun's ranks on a node share the cores."""
-    cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, min(num_envs, cores))
+def env_threads(num_envs: int, requested: int = 0) -> int:
+    """envpool's workers: `requested` (--env-threads), else one per core this process may use, at most one per env.
+    envpool's default counts the machine's cores, i.e. many threads per allowed core under a Slurm cpuset or taskset;
+    torchrun's ranks on a node share the cores."""
+    cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return min(requested or cores, num_envs)
 
 
 def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int = 0, same_step: bool = False):
@@ -234,7 +235,7 @@ def make_envs(env_id: str, num_envs: int, seed: int, backend: str, threads: int 
     if backend == "envpool":
         envpool = import_envpool()
         return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                            num_threads=min(threads or env_threads(num_envs), num_envs))
+                            num_threads=env_threads(num_envs, threads))
     gym = quiet_gymnasium()
     mode = gym.vector.AutoresetMode.SAME_STEP if same_step else gym.vector.AutoresetMode.NEXT_STEP
     if num_envs == 1:

@@ -204,11 +204,12 @@ def import_envpool():
     return envpool
 
 
-def env_threads(num_envs: int) -> int:
-    """A worker per core this process may use, at most one per env: envpool's default counts the machine's cores,
-    i.e. many threads per allowed core under a Slurm cpuset or taskset; torchrun's ranks on a node share the cores."""
-    cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, min(num_envs, cores))
+def env_threads(num_envs: int, requested: int = 0) -> int:
+    """envpool's workers: `requested` (--env-threads), else one per core this process may use, at most one per env.
+    envpool's default counts the machine's cores, i.e. many threads per allowed core under a Slurm cpuset or taskset;
+    torchrun's ranks on a node share the cores."""
+    cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return min(requested or cores, num_envs)
 
 
 def envpool_id(game: str, mode: str) -> str:
@@ -223,7 +224,7 @@ class EnvpoolProcgen:
     def __init__(self, game, mode, num_envs, seed, num_levels, start_level, threads=0):
         self.envs = import_envpool().make(envpool_id(game, mode), env_type="gymnasium", num_envs=num_envs, seed=seed,
                                           num_levels=num_levels, start_level=start_level, channel_first=False,
-                                          num_threads=min(threads or env_threads(num_envs), num_envs))
+                                          num_threads=env_threads(num_envs, threads))
         self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
 
     def reset(self):

@@ -287,7 +287,7 @@ def test_envpool_starts_a_worker_per_core_the_process_may_use(module, reference,
 @pytest.mark.parametrize("module", ["ppo_atari_envpool", "pqn_atari", "ppo_procgen", "ppo_continuous_mujoco"])
 def test_env_threads_count_the_allowed_cores_shared_by_torchruns_ranks(module, monkeypatch):
     """By hand: 8 allowed cores give 256 envs 8 workers and 3 envs 3; under torchrun 2 ranks on the node get 4 each,
-    and 16 ranks still one."""
+    and 16 ranks still one; --env-threads 5 gives 5, at most one per env."""
     script = importlib.import_module(f"cleanrl_scaling.{module}")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8, 16)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
@@ -296,6 +296,7 @@ def test_env_threads_count_the_allowed_cores_shared_by_torchruns_ranks(module, m
     assert (script.env_threads(256), script.env_threads(3)) == (4, 3)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
     assert script.env_threads(256) == 1
+    assert (script.env_threads(256, requested=5), script.env_threads(3, requested=5)) == (5, 3)  # --env-threads
 
 
 

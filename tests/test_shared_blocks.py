@@ -83,6 +83,14 @@ def test_the_two_jax_scripts_copies_of_the_ppo_ewma_math_agree():
         assert sfl[name] == ewma[name], f"{name} differs between sfl_kinetix_jax.py and ppo_ewma_jax2d.py"
 
 
+def test_the_torch_scripts_copies_of_env_threads_agree():
+    """The four torch scripts count envpool's workers with one function each, beside their make_envs (outside the
+    shared blocks); the copies must stay the same code."""
+    copies = {name: top_level(name)["env_threads"] for name in
+              ("ppo_atari_envpool.py", "pqn_atari.py", "ppo_procgen.py", "ppo_continuous_mujoco.py")}
+    assert len(set(copies.values())) == 1, sorted(copies)
+
+
 def test_the_two_atari_scripts_copies_of_the_envs_and_the_rollout_steps_agree():
     """ppo_atari_envpool.py and pqn_atari.py each carry the envpool set-up and the rollout's bookkeeping, --async-envs'
     halves included, outside the shared blocks (they sit beside the algorithm); the copies must stay the same code."""
