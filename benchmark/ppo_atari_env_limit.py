@@ -1,5 +1,6 @@
-"""envpool's own limit on this machine, beside ppo_atari_envpool.py's SPS (synchronous and --async-envs) and CleanRL's,
-in one run: how close the training loop comes to the envs it waits for (docs/gpu.md#atari-at-envpools-limit).
+"""envpool's own limit on this machine, beside ppo_atari_envpool.py's SPS (synchronous, --async-envs and
+--envpool-async) and CleanRL's, in one run: how close the training loop comes to the envs it waits for
+(docs/gpu.md#atari-at-envpools-limit).
 
     python benchmark/ppo_atari_env_limit.py [--num-envs 8,256] [--seconds 8] [--iterations 8] [--repeats 1]
                                             [--cleanrl PATH] [--ours-flags="--no-compile"] [--out FILE] [--cpu-dry-run]
@@ -15,8 +16,8 @@ For each N of --num-envs, with nothing else running:
               first half of the cores, half 2 on the rest), and one instance of all N pinned (pinned rows only where
               this process may use every core of the machine);
   * ppo_atari_envpool.py at N envs x T steps (T = 128 at N <= 16, CleanRL's default, else 64), synchronous,
-    --async-envs, and --async-envs with --env-threads of half the cores (each half on its share, as the
-    halves_half_threads row), then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
+    --async-envs, --async-envs with --env-threads of half the cores (each half on its share, as the
+    halves_half_threads row), and --envpool-async (envpool's own asynchronous mode, as the async row), then CleanRL's ppo_atari_envpool.py (given --cleanrl; patched for envpool 1.x only) at the same
     N x T: each program first runs 2 iterations untimed (compile and disk caches warm), then --repeats timed runs of
     --iterations iterations, the programs alternated; marginal SPS (the first iteration left out), medians.
 Printed and written to --out (JSON): every rate, each program's SPS over the synchronous limit at its N, ours over
@@ -183,7 +184,8 @@ def programs(num_envs: int, num_steps: int, opts) -> dict:
     halves = ["--async-envs", "--env-threads", str(half_the_cores())]  # each half on its share of the cores
     found = {"ours": lambda k, times=None: ours(size + dry, k, batch, log, times),
              "ours --async-envs": lambda k, times=None: ours(size + dry + ["--async-envs"], k, batch, log, times),
-             "ours " + " ".join(halves): lambda k, times=None: ours(size + dry + halves, k, batch, log, times)}
+             "ours " + " ".join(halves): lambda k, times=None: ours(size + dry + halves, k, batch, log, times),
+             "ours --envpool-async": lambda k, times=None: ours(size + dry + ["--envpool-async"], k, batch, log, times)}
     if opts.cleanrl:  # CUDA where torch sees it
         found["CleanRL"] = lambda k, times=None: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size,
                                                                    rss=False, log=log)[0]
@@ -256,7 +258,7 @@ def check_our_flags(flags: list) -> None:
     """--ours-flags through the script's own flag checks before anything runs: a typo is one line and exit 2 here,
     not a failed run minutes into a GPU sitting. The sizes the benchmark sets itself are refused."""
     taken = {"--num-envs", "--num-steps", "--total-timesteps", "--diagnostics-every", "--async-envs", "--env-threads",
-             "--runs-dir"}
+             "--envpool-async", "--runs-dir"}
     clash = [f for f in flags if f.split("=")[0] in taken]
     if clash:
         refuse(f"--ours-flags {' '.join(clash)}: the benchmark sets these itself")

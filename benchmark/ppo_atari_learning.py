@@ -7,6 +7,7 @@ ppo_atari_envpool.py on one machine: one game (the Breakout pilot), or several (
         [--parallel K] [--cuda] [--dry-run]
     python benchmark/ppo_atari_learning.py --study --summary-only
     python benchmark/ppo_atari_learning.py --async-check [--total 400000] [--seeds 1 2 3]
+    python benchmark/ppo_atari_learning.py --envpool-async-check [--total 400000] [--seeds 1 2 3]
 
 All arms run CleanRL's defaults (8 envs x 128 steps, 4 minibatches x 4 epochs, lr 2.5e-4 annealed, clip 0.1).
 CleanRL's script runs from a copy patched only for envpool 1.x's reset/step tuples (never committed). The runs, the
@@ -31,6 +32,14 @@ check ran on a CPU gave the same run twice; it needs --cuda). The rule, fixed be
 with its half-width, the smallest difference this design could tell; behind (ahead) when it lies below (above) 0.
 Both arms at CleanRL's defaults (8 envs: halves of 4), on the CPU unless --cuda; the check is of the mode's learning,
 not of its speed.
+
+The --envpool-async check (--envpool-async-check: arms default and envpool-async, no CleanRL run, --out
+runs/ppo_atari_envpool_async_check; docs/gpu.md#envpools-own-asynchronous-mode): does ours learn in envpool's own
+asynchronous mode as in the synchronous one? Each env's transitions are the synchronous mode's for a policy that is
+a function of the frames (tested), but the envs arrive in the order they finish, so the action-sampling draws fall
+differently (on a CPU too), and the rows acted before an update (the envs still stepping while the network updates)
+were chosen by the previous policy. The same rule as the --async-envs check, at the same defaults (8 envs: recv
+returns 4), on the CPU: the difference it tests is the mode's semantics, which do not depend on the device.
 
 The five-game study (--study, or --env-ids; docs/ppo_atari_envpool.md#the-five-game-study): Breakout-v5 and
 SpaceInvaders-v5 (where the gap was seen; neither is in Atari-10) and Amidar-v5, KungFuMaster-v5 and Qbert-v5 of
@@ -84,12 +93,15 @@ ARMS = (Variant("ours", STEM),  # default mode: time-limit bootstrapping, masked
         Variant("ours --diagnostics-every 0", f"{STEM}_nodiag", ("--diagnostics-every", "0")),
         Variant("ours --cleanrl-compat --diagnostics-every 0", f"{STEM}_compat_nodiag",
                 ("--cleanrl-compat", "--diagnostics-every", "0")),
-        Variant("ours --async-envs", f"{STEM}_async", ("--async-envs",)))  # the --async-envs check
+        Variant("ours --async-envs", f"{STEM}_async", ("--async-envs",)),  # the --async-envs check
+        Variant("ours --envpool-async", f"{STEM}_envpool_async", ("--envpool-async",)))  # and --envpool-async's
 ARM_NAMES = {"default": STEM, "compat": f"{STEM}_compat", "no-compile": f"{STEM}_nocompile",
              "no-channels-last": f"{STEM}_nochannelslast", "no-diagnostics": f"{STEM}_nodiag",
-             "compat-no-diagnostics": f"{STEM}_compat_nodiag", "async": f"{STEM}_async"}
+             "compat-no-diagnostics": f"{STEM}_compat_nodiag", "async": f"{STEM}_async",
+             "envpool-async": f"{STEM}_envpool_async"}
 
 ASYNC_OUT = "runs/ppo_atari_async_check"
+ENVPOOL_ASYNC_OUT = "runs/ppo_atari_envpool_async_check"
 STUDY_GAMES = ("Breakout-v5", "SpaceInvaders-v5", "Amidar-v5", "KungFuMaster-v5", "Qbert-v5")
 STUDY_SEEDS = tuple(range(11, 21))  # stage A; the pilots used seeds 1-3 (Breakout, SpaceInvaders) and 101
 STUDY_OUT = "runs/ppo_atari_study"
@@ -214,11 +226,16 @@ def game_args(args, game):
 
 
 def check_options(args):
-    if args.async_check:  # ours in both modes, against each other
-        if args.study or args.env_ids or args.cleanrl_seeds:
-            refuse("--async-check: one game, ours against ours; drop --study, --env-ids and --cleanrl-seeds")
-        args.arms, args.cleanrl_seeds, args.reference = ["default", "async"], [], "ours"
-        args.out = args.out or ASYNC_OUT
+    if args.async_check and args.envpool_async_check:
+        refuse("--async-check and --envpool-async-check: one check at a time (each has its own --out)")
+    for check, arm, out in (("async_check", "async", ASYNC_OUT), ("envpool_async_check", "envpool-async",
+                                                                  ENVPOOL_ASYNC_OUT)):
+        if getattr(args, check):  # ours in both modes, against each other
+            flag = "--" + check.replace("_", "-")
+            if args.study or args.env_ids or args.cleanrl_seeds:
+                refuse(f"{flag}: one game, ours against ours; drop --study, --env-ids and --cleanrl-seeds")
+            args.arms, args.cleanrl_seeds, args.reference = ["default", arm], [], "ours"
+            args.out = args.out or out
     if args.study:
         args.env_ids = args.env_ids or list(STUDY_GAMES)
         args.out = args.out or STUDY_OUT
@@ -317,6 +334,8 @@ def main():
                    help=f"which arms of ours: default, compat, and the ablations {', '.join(list(ARM_NAMES)[2:])}")
     p.add_argument("--async-check", action="store_true",
                    help=f"ours with --async-envs against ours without, no CleanRL run, --out {ASYNC_OUT}")
+    p.add_argument("--envpool-async-check", action="store_true",
+                   help=f"ours with --envpool-async against ours without, no CleanRL run, --out {ENVPOOL_ASYNC_OUT}")
     p.add_argument("--study", action="store_true",
                    help=f"the five-game study: --env-ids {' '.join(STUDY_GAMES)}, seeds 11-20, --out {STUDY_OUT}")
     p.add_argument("--env-ids", nargs="+", default=None, help="several games, each in its own folder of --out")

@@ -96,6 +96,8 @@ class Args(ScalingArgs, RunArgs):
     """store conv activations channels-last (faster oneDNN kernels on CPU)"""
     async_envs: bool = False
     """step the envs in two halves that take turns: one half steps on envpool's threads while the network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
+    envpool_async: bool = False
+    """envpool's own asynchronous mode: one instance whose recv returns the first half of the envs to finish a step, so its threads never wait on the slowest env or on the network. Each env still gives num_steps transitions per update, but the steps envs take while the network updates were acted by the previous policy (PPO's ratio is taken against it); not reproducible from --seed (docs/gpu.md#envpools-own-asynchronous-mode)"""
     env_threads: int = 0
     """envpool worker threads of the training envs, at most one per env (0: one per CPU core this process may use, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
@@ -196,11 +198,12 @@ def import_envpool():
     return envpool
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0):
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0, batch_size: int = 0):
+    """envpool's envs; batch_size < num_envs: its asynchronous mode, where recv returns the first batch_size envs."""
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                        num_threads=env_threads(num_envs, threads),
+                        num_threads=env_threads(num_envs, threads), batch_size=batch_size or num_envs,
                         episodic_life=train, reward_clip=train)
 
 
@@ -308,6 +311,11 @@ def make_storage(num_steps, num_envs, obs_shape, device) -> Storage:
                    rewards=zeros(), dones=zeros(), terminations=zeros(), values=zeros())
 
 
+def first_rows(buffer: Storage, num_steps: int) -> Storage:
+    """The rollout that GAE and the update read: the first num_steps rows of a buffer (views, not copies)."""
+    return Storage(**{f.name: getattr(buffer, f.name)[:num_steps] for f in dataclasses.fields(Storage)})
+
+
 class Batch(NamedTuple):
     """The rollout flattened over T x N (row t * N + n), what the update reads."""
     obs: torch.Tensor
@@ -326,12 +334,13 @@ class EpisodeStats:
         self.returns = np.zeros(num_envs)
 
     def update(self, info, truncated, envs=slice(None)) -> list:
-        """The games that ended in this step of the envs `envs` (all, or one --async-envs group)."""
-        returns = self.returns[envs]  # a view: the updates below land in self.returns
-        returns += info["reward"]
+        """The games that ended in this step of the envs `envs` (all, one --async-envs group, or the env ids that
+        --envpool-async's recv returned)."""
+        ids = np.arange(len(self.returns))[envs]
+        self.returns[ids] += info["reward"]
         game_over = np.logical_or(info["terminated"].astype(bool), truncated)
-        finished = [(float(returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
-        returns[game_over] = 0.0
+        finished = [(float(self.returns[ids[i]]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[ids[game_over]] = 0.0
         return finished
 
 
@@ -384,12 +393,14 @@ def observe(result, storage, step, cols, stats, finished, device) -> NextStep:
                     dtype=torch.float32, device=device), torch.as_tensor(term, dtype=torch.float32, device=device))
 
 
-def collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks):
+def collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks, envpool_async=None):
     """Run num_steps in every env; returns (games finished, the NextStep after the rollout)."""
     finished = []
     # One autocast region for the whole rollout: under --bf16 its cache casts the weights (fixed during the
     # rollout) once, not at every step
     with torch.no_grad(), autocast():
+        if envpool_async is not None:
+            return envpool_async.collect(agent, stats)
         if len(groups) == 2:
             return collect_alternating(groups, agent, storage, state, stats, args, device, ranks)
         envs = groups[0]
@@ -414,6 +425,106 @@ def collect_alternating(groups, agent, storage, state, stats, args, device, rank
             if step < args.num_steps:
                 envs.send(act(agent, states[g], storage, step, cols[g], ranks))
     return finished, NextStep(*(torch.cat(x) for x in zip(*states)))
+
+
+class EnvpoolAsyncRollout:
+    """--envpool-async: envpool's own asynchronous mode. One instance of N envs whose recv returns the first N/2 to
+    finish a step (env ids in the order they finished), so no env thread waits on a step's slowest env or on the
+    network. Each env fills its own column of a buffer of 2T + 1 rows, one row per observation, with a row counter
+    per env; a rollout is complete when every env has its T transitions and the observation after them (row T, the
+    bootstrap): the same [T, N] rollout as the synchronous mode's, env by env. Envs that got ahead keep stepping
+    meanwhile, and their rows past T open the next rollout; those rows, and the step that each env still in flight
+    takes while the network updates, were acted by the previous policy: their log-probs stay that policy's (PPO's
+    ratio is taken against the policy that acted), their values are recomputed by the updated critic. To keep the
+    envs in step, an env that has its T + 1 rows waits (is not sent) as long as N/2 others stay in flight, which
+    recv needs."""
+
+    def __init__(self, envs, buffer: Storage, num_steps: int, device):
+        self.envs, self.buffer, self.num_steps, self.device = envs, buffer, num_steps, device
+        num_envs = buffer.obs.shape[1]
+        self.rows = np.zeros(num_envs, dtype=np.int64)  # rows each env has stored in this rollout
+        self.in_flight = np.zeros(num_envs, dtype=bool)  # sent an action whose result is not yet received
+        self.batch = num_envs // 2  # envpool's batch_size: recv waits for this many envs
+        self.started = False
+
+    def collect(self, agent, stats) -> tuple:
+        """One rollout (called under no_grad): (games finished, the NextStep of row T)."""
+        finished = []
+        if self.started:
+            self.open_rollout(agent)
+        else:
+            self.envs.async_reset()  # every env in flight, its first observation to come
+            self.in_flight[:], self.started = True, True
+        while self.rows.min() <= self.num_steps:
+            obs, reward, term, trunc, info = self.envs.recv()
+            ids = np.asarray(info["env_id"])
+            self.in_flight[ids] = False
+            finished += stats.update(info, trunc, ids)
+            self.store(ids, obs, reward, term, trunc)
+            actions = policy_at(agent, self.buffer, self.rows[ids] - 1, ids, self.device)
+            go = self.who_steps(ids)
+            self.send(ids[go], actions[go])
+        last = self.num_steps
+        return finished, NextStep(self.buffer.obs[last], self.buffer.dones[last], self.buffer.terminations[last])
+
+    def store(self, ids, obs, reward, term, trunc) -> None:
+        """Each env's reward goes to its last row (the step that earned it; none for a first observation), its new
+        observation and flags to the next row."""
+        rows, capacity = self.rows[ids], self.buffer.obs.shape[0]
+        if (rows >= capacity).any():  # an env ran num_steps rows ahead of another: not seen, and not silently lost
+            raise RuntimeError(f"--envpool-async: env {int(ids[rows.argmax()])} ran {self.num_steps} steps ahead of "
+                               f"env {int(self.rows.argmin())}; its rows would overflow the rollout buffer")
+        b, dev = self.buffer, self.device
+        had = rows > 0
+        b.rewards[torch.as_tensor(rows[had] - 1, device=dev), torch.as_tensor(ids[had], device=dev)] = \
+            torch.as_tensor(reward[had], dtype=torch.float32, device=dev)
+        r, i = torch.as_tensor(rows, device=dev), torch.as_tensor(ids, device=dev)
+        b.obs[r, i] = torch.as_tensor(obs, device=dev)
+        b.dones[r, i] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=dev)
+        b.terminations[r, i] = torch.as_tensor(term, dtype=torch.float32, device=dev)
+        self.rows[ids] += 1
+
+    def who_steps(self, ids) -> np.ndarray:
+        """Which of the envs just received step again: every env short of its T + 1 rows, and of those that have
+        them as many as must for N/2 envs to stay in flight."""
+        complete = np.flatnonzero(self.rows[ids] > self.num_steps)
+        may_wait = int(self.in_flight.sum()) + len(ids) - self.batch
+        go = np.ones(len(ids), dtype=bool)
+        go[complete[:max(may_wait, 0)]] = False
+        return go
+
+    def send(self, ids, actions) -> None:
+        if len(ids):
+            self.envs.send(actions, ids)
+            self.in_flight[ids] = True
+
+    def open_rollout(self, agent) -> None:
+        """After an update: each env's rows past T move to the top; the updated critic revalues those the previous
+        policy acted on, and the updated policy acts on the last row of each env that waited, which then steps."""
+        last, carry = self.num_steps, self.rows - self.num_steps
+        k = int(carry.max())
+        for f in dataclasses.fields(Storage):
+            x = getattr(self.buffer, f.name)
+            x[:k] = x[last:last + k].clone()
+        self.rows = carry
+        waited = np.flatnonzero(~self.in_flight)
+        row, env = np.nonzero(np.arange(k)[:, None] < carry[None, :])
+        acted = self.in_flight[env] | (row < carry[env] - 1)
+        if acted.any():
+            r, i = (torch.as_tensor(x[acted], device=self.device) for x in (row, env))
+            self.buffer.values[r, i] = agent(self.buffer.obs[r, i])[1].float()
+        if len(waited):
+            self.send(waited, policy_at(agent, self.buffer, carry[waited] - 1, waited, self.device))
+
+
+def policy_at(agent, buffer, rows, ids, device) -> np.ndarray:
+    """--envpool-async: the value, action and log-prob of the frames that each env of `ids` stored at its row of
+    `rows`, stored beside them; returns the actions, for envpool."""
+    r, i = torch.as_tensor(rows, device=device), torch.as_tensor(ids, device=device)
+    logits, value = agent(buffer.obs[r, i])
+    action, logprob = sample_actions(logits.float())
+    buffer.values[r, i], buffer.actions[r, i], buffer.logprobs[r, i] = value.float(), action, logprob
+    return action.cpu().numpy()
 
 
 def compute_advantages(rewards, values, dones, terminations, next_value, next_done, next_term, gamma, lam):
@@ -702,6 +813,13 @@ def validate(args) -> dict:
     check(not args.async_envs or (args.num_envs // world_size) % 2 == 0,
           f"--async-envs splits each process's {args.num_envs // world_size} envs into two halves: pass an even "
           f"--num-envs{' per torchrun rank' if world_size > 1 else ''}")
+    if args.envpool_async:
+        check(not args.async_envs, "--envpool-async and --async-envs are two ways to step the envs: pass one")
+        check(world_size == 1, "--envpool-async runs in one process (its envs' steps do not line up across torchrun "
+              "ranks); drop it under torchrun")
+        check(not args.cleanrl_compat, "--cleanrl-compat keeps CleanRL's synchronous rollout: drop --envpool-async")
+        check(args.num_envs % 2 == 0 and args.num_envs >= 2,
+              f"--envpool-async receives half of the envs at a time: pass an even --num-envs (got {args.num_envs})")
     check_scaling_flags(args)
     scaling = resolve_scaling(args)  # under torchrun a minibatch is formed over all ranks' rows: any size works
     check_scaling(args, scaling)
@@ -888,9 +1006,14 @@ def main():
     # docs/run_directory.md#checkpoints-and-resume)
     start_iteration = ckpt["iteration"] if ckpt else 0
     env_seed = args.seed + rank * local_envs + 1_000_003 * start_iteration
-    with Phase(f"starting {local_envs} {args.env_id} envs" + (" in two alternating halves" if args.async_envs else ""),
-               show=rank == 0):
-        groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs, args.env_threads)
+    mode = (" in two alternating halves" if args.async_envs else
+            f" in envpool's asynchronous mode (batch {local_envs // 2})" if args.envpool_async else "")
+    with Phase(f"starting {local_envs} {args.env_id} envs{mode}", show=rank == 0):
+        if args.envpool_async:  # one instance whose recv returns the first half of the envs to finish
+            groups = [EnvClock(make_envs(args.env_id, local_envs, env_seed, threads=args.env_threads,
+                                         batch_size=local_envs // 2))]
+        else:
+            groups = make_env_groups(args.env_id, local_envs, env_seed, args.async_envs, args.env_threads)
     if ckpt and rank == 0:
         print(f"resuming from iteration {start_iteration} (step {ckpt['global_step']}); envs restart with seed {env_seed}")
     agent, optimizer = build_agent(args, groups[0].action_space.n, device)
@@ -903,11 +1026,18 @@ def main():
     logger, run_dir = open_run(args, scaling, ckpt, world_size, device, rank)
     stop = StopFlag()
 
-    storage = make_storage(args.num_steps, local_envs, groups[0].observation_space.shape, device)
+    # --envpool-async's envs run ahead into rows past T (EnvpoolAsyncRollout); GAE and the update read rows 0..T-1
+    rows = 2 * args.num_steps + 1 if args.envpool_async else args.num_steps
+    buffer = make_storage(rows, local_envs, groups[0].observation_space.shape, device)
+    storage = first_rows(buffer, args.num_steps)
     stats = EpisodeStats(local_envs)
-    obs_np = np.concatenate([envs.reset()[0] for envs in groups])
-    zeros = torch.zeros(local_envs, device=device)
-    state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
+    envpool_async, state = None, None
+    if args.envpool_async:  # it resets the envs itself, asynchronously
+        envpool_async = EnvpoolAsyncRollout(groups[0], buffer, args.num_steps, device)
+    else:
+        obs_np = np.concatenate([envs.reset()[0] for envs in groups])
+        zeros = torch.zeros(local_envs, device=device)
+        state = NextStep(torch.as_tensor(obs_np, device=device), zeros, zeros)
     global_step = start_step = ckpt["global_step"] if ckpt else 0
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
     status, iteration, times = "finished", start_iteration, LoopTimes(groups)
@@ -926,7 +1056,8 @@ def main():
         agent.eval()
         times.mark("rollout")
         with Phase(f"collecting {args.batch_size:,} steps ({args.num_envs} envs x {args.num_steps})", show=first):
-            finished, state = collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks)
+            finished, state = collect_rollout(groups, agent, storage, state, stats, args, device, autocast, ranks,
+                                              envpool_async)
         times.mark("update")
         finished = ranks.gather_list(finished)
         global_step += args.batch_size

@@ -220,11 +220,12 @@ def import_envpool():
     return envpool
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0):
+def make_envs(env_id: str, num_envs: int, seed: int, train: bool = True, threads: int = 0, batch_size: int = 0):
+    """envpool's envs; batch_size < num_envs: its asynchronous mode, where recv returns the first batch_size envs."""
     envpool = import_envpool()
     # CleanRL's settings: episodic life and reward clipping for training; the game score for evaluation
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                        num_threads=env_threads(num_envs, threads),
+                        num_threads=env_threads(num_envs, threads), batch_size=batch_size or num_envs,
                         episodic_life=train, reward_clip=train)
 
 
@@ -389,12 +390,13 @@ class EpisodeStats:
         self.returns = np.zeros(num_envs)
 
     def update(self, info, truncated, envs=slice(None)) -> list:
-        """The games that ended in this step of the envs `envs` (all, or one --async-envs group)."""
-        returns = self.returns[envs]  # a view: the updates below land in self.returns
-        returns += info["reward"]
+        """The games that ended in this step of the envs `envs` (all, one --async-envs group, or the env ids that
+        --envpool-async's recv returned)."""
+        ids = np.arange(len(self.returns))[envs]
+        self.returns[ids] += info["reward"]
         game_over = np.logical_or(info["terminated"].astype(bool), truncated)
-        finished = [(float(returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
-        returns[game_over] = 0.0
+        finished = [(float(self.returns[ids[i]]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[ids[game_over]] = 0.0
         return finished
 
 

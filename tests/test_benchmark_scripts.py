@@ -914,6 +914,7 @@ ENV_LIMIT = REPO / "benchmark" / "ppo_atari_env_limit.py"
     (["--ours-flags=--learning-rate -1"], "--ours-flags --learning-rate -1: --learning-rate must be a finite number"),
     (["--ours-flags=--num-steps=32 --no-compile"], "--ours-flags --num-steps=32: the benchmark sets these itself"),
     (["--ours-flags=--env-threads 2"], "--ours-flags --env-threads: the benchmark sets these itself"),
+    (["--ours-flags=--envpool-async"], "--ours-flags --envpool-async: the benchmark sets these itself"),
 ])
 def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
     out = subprocess.run(["python3", str(ENV_LIMIT)] + flags, capture_output=True, text=True, cwd=REPO)
@@ -923,7 +924,7 @@ def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
 
 @pytest.mark.slow
 def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
-    """envpool's random-action rates (its modes and thread layouts) and our three runs at 4 envs, tiny, on CPU:
+    """envpool's random-action rates (its modes and thread layouts) and our four runs at 4 envs, tiny, on CPU:
     every number is there and positive (their values mean nothing here)."""
     out = subprocess.run(["python3", str(ENV_LIMIT), "--cpu-dry-run", "--num-envs", "4", "--out", str(tmp_path / "r.json")],
                          capture_output=True, text=True, cwd=REPO)
@@ -934,7 +935,8 @@ def test_env_limit_benchmark_dry_run_writes_every_rate(tmp_path):
     pinned = {"halves_pinned_apart", "sync_pinned"} if written["machine"]["pinnable_cores"] >= 2 else set()
     assert set(result["envpool_steps_per_s"]) == {"sync", "async", "halves", "halves_half_threads"} | pinned
     half = max(1, len(os.sched_getaffinity(0)) // 2)
-    assert set(result["sps_median"]) == {"ours", "ours --async-envs", f"ours --async-envs --env-threads {half}"}
+    assert set(result["sps_median"]) == {"ours", "ours --async-envs", f"ours --async-envs --env-threads {half}",
+                                         "ours --envpool-async"}
     assert result["x_cleanrl"] is None
     for (t,) in result["loop_seconds_runs"].values():  # ours' loop per iteration: the env waits inside the rollout
         assert 0 < t["env_wait"] < t["rollout"] and t["update"] > 0

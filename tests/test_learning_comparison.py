@@ -46,7 +46,8 @@ def test_each_arm_gets_its_exp_name_and_flags_and_every_command_parses():
     commands = {v.stem: lc.our_command(pal.PPO, args, 1, v) for v in pal.PPO.arms()}
     assert set(commands) == {"ppo_atari_envpool", "ppo_atari_envpool_compat", "ppo_atari_envpool_nocompile",
                              "ppo_atari_envpool_nochannelslast", "ppo_atari_envpool_nodiag",
-                             "ppo_atari_envpool_compat_nodiag", "ppo_atari_envpool_async"}
+                             "ppo_atari_envpool_compat_nodiag", "ppo_atari_envpool_async",
+                             "ppo_atari_envpool_envpool_async"}
     for stem, cmd in commands.items():
         parsed = tyro.cli(Args, args=cmd[2:])  # the script's own parser accepts every arm's flags
         assert parsed.exp_name == stem and parsed.total_timesteps == 10_240
@@ -59,6 +60,7 @@ def test_each_arm_gets_its_exp_name_and_flags_and_every_command_parses():
     assert parsed["ppo_atari_envpool_compat_nodiag"].diagnostics_every == 0
     assert parsed["ppo_atari_envpool_compat_nodiag"].cleanrl_compat
     assert parsed["ppo_atari_envpool_async"].async_envs and not parsed["ppo_atari_envpool"].async_envs
+    assert parsed["ppo_atari_envpool_envpool_async"].envpool_async and not parsed["ppo_atari_envpool"].envpool_async
     assert all(not p.cuda for p in parsed.values())  # both programs on the CPU unless --cuda
     # a one-arm comparison keeps its commands as before: no --exp-name
     assert "--exp-name" not in lc.our_command(pql.PQN, args, 1)
@@ -102,8 +104,8 @@ def test_async_check_judges_async_against_our_synchronous_runs(tmp_path, capsys)
     for seed, final in zip([1, 2, 3], [10.0, 11.0, 12.0]):
         write_ours(tmp_path, "ppo_atari_envpool", seed, [0.0] * 9 + [final], total)
         write_ours(tmp_path, "ppo_atari_envpool_async", seed, [0.0] * 9 + [final - 0.5], total)
-    args = make_args(tmp_path, async_check=True, study=False, env_ids=None, cleanrl_seeds=None, arms=["default"],
-                     parallel=2)
+    args = make_args(tmp_path, async_check=True, envpool_async_check=False, study=False, env_ids=None,
+                     cleanrl_seeds=None, arms=["default"], parallel=2)
     args.out = None
     pal.check_options(args)
     assert args.cleanrl_seeds == [] and args.arms == ["ppo_atari_envpool", "ppo_atari_envpool_async"]
@@ -115,6 +117,28 @@ def test_async_check_judges_async_against_our_synchronous_runs(tmp_path, capsys)
     line = next(x for x in out.splitlines() if x.startswith("ours --async-envs: per seed"))
     lo, hi = lc.bootstrap_difference([9.5, 10.5, 11.5], [10.0, 11.0, 12.0])
     assert "difference -0.50" in line and "-> parity" in line and f"half-width {(hi - lo) / 2:.2f}" in line
+
+
+def test_envpool_async_check_judges_it_against_our_synchronous_runs(tmp_path, capsys):
+    """--envpool-async-check: no CleanRL run; --envpool-async against ours without it, by the same rule, in its own
+    folder; the two checks at once are refused."""
+    total = 10_240
+    for seed, final in zip([1, 2, 3], [10.0, 11.0, 12.0]):
+        write_ours(tmp_path, "ppo_atari_envpool", seed, [0.0] * 9 + [final], total)
+        write_ours(tmp_path, "ppo_atari_envpool_envpool_async", seed, [0.0] * 9 + [final + 3.0], total)
+    args = make_args(tmp_path, async_check=False, envpool_async_check=True, study=False, env_ids=None,
+                     cleanrl_seeds=None, arms=["default"], parallel=2)
+    args.out = None
+    pal.check_options(args)
+    assert args.cleanrl_seeds == [] and args.arms == ["ppo_atari_envpool", "ppo_atari_envpool_envpool_async"]
+    assert args.out == pal.ENVPOOL_ASYNC_OUT
+    args.out = str(tmp_path)
+    lc.summarize(pal.PPO, args)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ours --envpool-async: per seed"))
+    assert "difference +3.00" in line and "-> ahead" in line
+    both = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "ppo_atari_learning.py"), "--async-check",
+                           "--envpool-async-check", "--dry-run"], capture_output=True, text=True)
+    assert both.returncode == 2 and "one check at a time" in both.stderr and both.stderr.count("\n") == 1
 
 
 def test_no_verdict_until_every_seed_finished(tmp_path, capsys):

@@ -656,6 +656,164 @@ def test_async_envs_runs_a_complete_run_and_refuses_an_odd_count(tmp_path):
     assert json.load(open(run_dir / "summary.json"))["status"] == "finished"
 
 
+def envpool_async_rollouts(num_envs, num_steps, times, seed=7, device="cpu", envs=None, agent=None, between=None):
+    """`times` consecutive --envpool-async rollouts: (rollout [T, N], NextStep, finished games) of each, copied out of
+    the buffer, which the next rollout reuses; `between(i)` runs after rollout i (an update)."""
+    envs = envs or m.EnvClock(m.make_envs("Breakout-v5", num_envs, seed, batch_size=num_envs // 2))
+    agent = agent or ObsHashAgent(envs.action_space.n)
+    buffer = m.make_storage(2 * num_steps + 1, num_envs, (4, 84, 84), device)
+    collector, stats, out = m.EnvpoolAsyncRollout(envs, buffer, num_steps, device), m.EpisodeStats(num_envs), []
+    for i in range(times):
+        finished, state = m.collect_rollout([envs], agent, None, None, stats, m.Args(num_steps=num_steps), device,
+                                            no_autocast, m.Ranks(), collector)
+        rollout = m.Storage(**{k: v.clone() for k, v in dataclasses.asdict(m.first_rows(buffer, num_steps)).items()})
+        out.append((rollout, m.NextStep(*(x.clone() for x in state)), finished))
+        if between:
+            between(i)
+    envs.close()
+    return out, collector
+
+
+def test_envpool_async_collects_each_envs_transitions_of_the_synchronous_mode():
+    """--envpool-async (one instance, recv returns the first half of the envs to finish): with a policy that is a
+    function of the frames, each env's column of three consecutive rollouts holds the frames, actions, values,
+    rewards and flags the synchronous mode stores, ends in the same NextStep and finishes the same games: the envs
+    arriving in any order changes no env's transitions. Its rows past T and the envs' waiting are exercised by the
+    fake pool below."""
+    sync = rollouts(False, 6, 64, 3)
+    native, collector = envpool_async_rollouts(6, 64, 3)
+    for (a, a_state, a_done), (b, b_state, b_done) in zip(sync, native):
+        for field in dataclasses.fields(m.Storage):
+            x, y = getattr(a, field.name), getattr(b, field.name)
+            assert torch.equal(x, y) if field.name != "logprobs" else torch.allclose(x, y), field.name
+        for x, y in zip(a_state, b_state):
+            assert torch.equal(x, y)
+        assert sorted(a_done) == sorted(b_done)
+    assert sync[2][0].dones.sum() >= 2 and sum(x[0].rewards.sum() for x in sync) > 0
+    assert (collector.rows > 0).all()
+
+
+class FakeAsyncPool:
+    """envpool's asynchronous interface over envs whose steps take random times: recv returns the `batch` in-flight
+    envs that finish first (and refuses to wait forever when fewer are in flight). Env e's frame after its k-th
+    step spells (e, k); a step's reward is 10 k + the action taken; env e's episodes end every 5 + e steps,
+    terminated for even e, truncated for odd. It records every action it was sent, and the version of `agent`
+    (the policy) current when it was sent."""
+    action_space = type("Space", (), {"n": 4})
+
+    def __init__(self, num_envs, batch, agent, seed=0):
+        self.rng, self.batch, self.steps = np.random.default_rng(seed), batch, np.zeros(num_envs, dtype=np.int64)
+        self.finish_at, self.now, self.sent, self.fewest_in_flight, self.agent = {}, 0.0, {}, num_envs, agent
+
+    def async_reset(self):
+        for e in range(len(self.steps)):
+            self.finish_at[e] = self.rng.exponential()
+
+    def send(self, actions, ids):
+        for a, e in zip(actions, ids):
+            assert e not in self.finish_at, "an env sent while still stepping"
+            self.sent[(int(e), int(self.steps[e]))] = (int(a), self.agent.version)
+            self.steps[e] += 1
+            self.finish_at[e] = self.now + self.rng.exponential() * (3.0 if self.rng.random() < 0.1 else 1.0)
+
+    def recv(self):
+        self.fewest_in_flight = min(self.fewest_in_flight, len(self.finish_at))
+        assert len(self.finish_at) >= self.batch, "recv would wait forever"
+        ids = np.array(sorted(self.finish_at, key=self.finish_at.get)[:self.batch])
+        self.now = max(self.finish_at.pop(e) for e in ids)
+        k = self.steps[ids]
+        obs = np.zeros((len(ids), 4, 84, 84), dtype=np.uint8)
+        obs[:, 0, 0, 0], obs[:, 0, 0, 1], obs[:, 0, 0, 2] = ids, k % 256, k // 256
+        reward = np.array([10.0 * (s - 1) + self.sent[(e, s - 1)][0] if s > 0 else 0.0 for e, s in zip(ids, k)])
+        end = (k > 0) & (k % (5 + ids) == 0)
+        term, trunc = end & (ids % 2 == 0), end & (ids % 2 == 1)
+        info = {"env_id": ids, "reward": reward, "terminated": term.astype(np.int32), "elapsed_step": k}
+        return obs, reward.astype(np.float32), term, trunc, info
+
+    def close(self):
+        pass
+
+
+class StepReadingAgent(torch.nn.Module):
+    """Acts (k + version) mod 4 on the frame of step k (a 50-nat margin: the sample whatever the noise) and values it
+    1000 version + k: what a row holds tells which critic valued it."""
+
+    def __init__(self):
+        super().__init__()
+        self.version = 0
+
+    def forward(self, obs):
+        k = obs[:, 0, 0, 1].long() + 256 * obs[:, 0, 0, 2].long()
+        choice = (k + self.version) % 4
+        return 50.0 * torch.nn.functional.one_hot(choice, 4).float(), (1000.0 * self.version + k).float()
+
+
+def test_envpool_async_rows_by_hand_over_rollouts_with_updates_between():
+    """The --envpool-async bookkeeping against envs that finish in random order, with an update (a new policy and
+    critic) between rollouts: rollout j's row t of env e is that env's step k = j T + t, env by env (frames, flags,
+    the reward its action earned, the action it was sent, and that action's log-prob under the policy that chose
+    it); every value is the current critic's; the bootstrap is step (j + 1) T. The rows acted before the update
+    (envs that ran ahead, and those in flight during it) are the first of their env's column; the envs that waited
+    are acted by the new policy. recv never waits on fewer than half the envs."""
+    num_envs, num_steps, times = 8, 6, 40
+    agent = StepReadingAgent()
+    pool = FakeAsyncPool(num_envs, num_envs // 2, agent)
+    out, collector = envpool_async_rollouts(num_envs, num_steps, times, envs=pool, agent=agent,
+                                            between=lambda i: setattr(agent, "version", i + 1))
+    stale = waited = 0
+    for j, (rollout, state, finished) in enumerate(out):
+        for e in range(num_envs):
+            k = j * num_steps + np.arange(num_steps)
+            assert rollout.obs[:, e, 0, 0, 0].tolist() == [e] * num_steps
+            assert (rollout.obs[:, e, 0, 0, 1].long() + 256 * rollout.obs[:, e, 0, 0, 2].long()).tolist() == k.tolist()
+            actions, versions = zip(*(pool.sent[(e, int(s))] for s in k))
+            assert rollout.actions[:, e].tolist() == list(actions)
+            assert all((a - s) % 4 == v % 4 for s, a, v in zip(k, actions, versions))  # chosen by that version
+            assert torch.allclose(rollout.logprobs[:, e], torch.zeros(num_steps), atol=1e-6)
+            assert rollout.rewards[:, e].tolist() == [10.0 * s + a for s, a in zip(k, actions)]
+            end = (k > 0) & (k % (5 + e) == 0)
+            assert rollout.dones[:, e].tolist() == end.astype(float).tolist()
+            assert rollout.terminations[:, e].tolist() == (end & (e % 2 == 0)).astype(float).tolist()
+            assert rollout.values[:, e].tolist() == (1000.0 * j + k).tolist()
+            assert int(state.obs[e, 0, 0, 1]) + 256 * int(state.obs[e, 0, 0, 2]) == (j + 1) * num_steps
+            old = [v < j for v in versions]
+            assert old == sorted(old, reverse=True)  # the rows acted before the update come first
+            assert all(v <= j for v in versions)
+            stale += sum(old)
+            waited += j > 0 and not old[0]
+        assert state.done.tolist() == [float(int(x[0, 0, 1]) % (5 + e) == 0) for e, x in enumerate(state.obs)]
+    # both ways of opening a rollout are exercised: rows carried from before the update, envs that waited for it
+    assert stale > times and waited > times
+    assert pool.fewest_in_flight >= num_envs // 2
+    assert (collector.rows <= 2 * num_steps + 1).all()
+
+
+def test_envpool_async_runs_resumes_and_refuses_what_it_cannot_do(tmp_path):
+    """A whole --envpool-async run (diagnostics on, a checkpoint, a resume that continues it); one clear line and
+    exit 2 with --async-envs, --cleanrl-compat or an odd env count, and on a resume that changes the mode (it changes
+    what a run computes)."""
+    for extra, words in ((["--async-envs"], "pass one"), (["--cleanrl-compat"], "--cleanrl-compat"),
+                         (["--num-envs", "5"], "even --num-envs")):
+        _, err = run(TINY + ["--envpool-async", "--total-timesteps", "1024"] + extra, tmp_path / "bad", expect=2)
+        assert err.strip().count("\n") == 0 and "--envpool-async" in err and words in err, err
+    assert not (tmp_path / "bad" / "runs").exists()
+    out, _ = run(TINY + ["--envpool-async", "--total-timesteps", "192", "--diagnostics-every", "2",
+                         "--checkpoint-every", "1"], tmp_path)
+    (run_dir,) = run_dirs(tmp_path)
+    assert "envpool's asynchronous mode (batch 2)" in out
+    assert json.load(open(run_dir / "config.json"))["args"]["envpool_async"] is True
+    rows = read_metrics(run_dir)
+    assert [r["iteration"] for r in rows if "losses/policy_loss" in r] == [1, 2, 3]
+    assert [r["iteration"] for r in rows if "diagnostics/ess_pct" in r] == [2]
+    assert all(math.isfinite(v) for r in rows for k, v in r.items() if k != "losses/explained_variance")
+    ckpt = run_dir / "checkpoints" / "latest.ckpt"
+    _, err = run(TINY + ["--total-timesteps", "256", "--resume", str(ckpt)], tmp_path / "other", expect=2)
+    assert "envpool_async=True" in err and "--envpool-async" in err
+    run(TINY + ["--envpool-async", "--total-timesteps", "256", "--resume", str(ckpt)], tmp_path / "again")
+    assert [r["iteration"] for r in read_metrics(run_dir) if "losses/policy_loss" in r] == [1, 2, 3, 4]
+    assert json.load(open(run_dir / "summary.json"))["status"] == "finished"
+
+
 def test_advantage_normalisation_matches_cleanrl_when_all_valid():
     adv = torch.randn(50)
     expected = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -670,6 +828,10 @@ def test_episode_stats_whole_game_several_per_step_and_truncation():
     assert stats.update(info, np.array([False, True, False])) == [(11.0, 2), (2.0, 2), (6.0, 2)]
     info = {"reward": np.array([1.0, 1.0, 1.0]), "terminated": np.array([0, 0, 0]), "elapsed_step": np.array([1, 1, 1])}
     assert stats.update(info, np.array([False, False, False])) == [] and list(stats.returns) == [1.0, 1.0, 1.0]
+    # --envpool-async: the env ids envpool's recv returned, in its order
+    info = {"reward": np.array([4.0, 2.0]), "terminated": np.array([1, 0]), "elapsed_step": np.array([9, 3])}
+    assert stats.update(info, np.array([False, False]), np.array([2, 0])) == [(5.0, 9)]
+    assert list(stats.returns) == [3.0, 1.0, 0.0]
 
 
 # ------------------------------------------------------------------------------------------------ scaling
