@@ -457,7 +457,7 @@ class EnvpoolAsyncRollout:
             self.in_flight[:], self.started = True, True
         while self.rows.min() <= self.num_steps:
             obs, reward, term, trunc, info = self.envs.recv()
-            ids = np.asarray(info["env_id"])
+            ids = np.asarray(info["env_id"], dtype=np.int64)
             self.in_flight[ids] = False
             finished += stats.update(info, trunc, ids)
             self.store(ids, obs, reward, term, trunc)
