@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check behind docs/gpu.md, as one command: the machine and its package versions, the torch scripts'
 # gpu-marked tests (pytest -m gpu tests/test_gpu.py -k 'not jax'; gpu_jax_check.sh runs the JAX ones), envpool's random-action limit on Breakout, and the SPS of each torch script at
-# its defaults (Atari PPO also at 256 envs x 64 steps, each with --tf32 and --no-tf32, and with --async-envs; PQN also
+# its defaults (Atari PPO also at 256 envs x 64 steps, each with --tf32 and --no-tf32, with --async-envs and with
+# --envpool-async; PQN also
 # at 128 envs x 32 steps, without and with --async-envs). Every number goes to
 # OUT_DIR/gpu_check.json; logs beside it. About 8 minutes on one H200 with 16 CPU cores: steps past DEADLINE_S
 # seconds (default 500) are skipped and marked so, and each step has its own time limit. Where the Atari scripts or
@@ -197,6 +198,7 @@ if [ "$DRY" = 1 ]; then  # tiny sizes on CPU: only that every command runs
   sps_run atari_256x64_tf32 ppo_atari_envpool 2 --num-envs 8 --num-steps 16
   sps_run atari_256x64_no_tf32 ppo_atari_envpool 2 --num-envs 8 --num-steps 16 --no-tf32
   sps_run atari_256x64_async ppo_atari_envpool 2 --num-envs 8 --num-steps 16 --async-envs
+  sps_run atari_256x64_envpool_async ppo_atari_envpool 2 --num-envs 8 --num-steps 16 --envpool-async
   sps_run pqn_default pqn_atari 2 --num-envs 4 --num-steps 16 --eval-envs 2
   sps_run pqn_128x32 pqn_atari 2 --num-envs 8 --num-steps 16 --eval-envs 2
   sps_run pqn_async pqn_atari 2 --num-envs 8 --num-steps 16 --eval-envs 2 --async-envs
@@ -208,6 +210,7 @@ else
   sps_run atari_256x64_tf32 ppo_atari_envpool 8 --num-envs 256 --num-steps 64
   sps_run atari_256x64_no_tf32 ppo_atari_envpool 8 --num-envs 256 --num-steps 64 --no-tf32
   sps_run atari_256x64_async ppo_atari_envpool 8 --num-envs 256 --num-steps 64 --async-envs
+  sps_run atari_256x64_envpool_async ppo_atari_envpool 8 --num-envs 256 --num-steps 64 --envpool-async
   sps_run pqn_default pqn_atari 12
   sps_run pqn_128x32 pqn_atari 8 --num-envs 128 --num-steps 32
   sps_run pqn_async pqn_atari 8 --num-envs 128 --num-steps 32 --async-envs

@@ -237,6 +237,22 @@ def test_async_envs_on_the_gpu(script, tmp_path):
     assert config["device"].startswith("cuda") and config["args"]["async_envs"] is True
 
 
+@pytest.mark.gpu
+def test_envpool_async_on_the_gpu(tmp_path):
+    """--envpool-async with the network and the rollout buffer on CUDA: the CPU test's check that each env's column
+    holds the synchronous mode's transitions, the bookkeeping by hand (index tensors on the GPU), then a 2-iteration
+    run, complete and finite, that records the flag."""
+    m = importlib.import_module("cleanrl_scaling.ppo_atari_envpool")
+    require_envs("ppo_atari_envpool", m)
+    t = importlib.import_module("test_ppo_atari_envpool")
+    t.test_envpool_async_collects_each_envs_transitions_of_the_synchronous_mode("cuda")
+    t.test_envpool_async_rows_by_hand_over_rollouts_with_updates_between("cuda")
+    flags = tiny_flags("ppo_atari_envpool") + ON_GPU + ["--envpool-async"]
+    run_dir = run(m, flags + ["--total-timesteps", str(2 * batch_of(flags))], tmp_path)
+    config = assert_complete_and_finite(run_dir, 2, PPO_DIAGNOSTICS | SHARED_DIAGNOSTICS)
+    assert config["device"].startswith("cuda") and config["args"]["envpool_async"] is True
+
+
 # ------------------------------------------------------------------------------------------------ JAX scripts
 @pytest.mark.gpu("jax")
 @pytest.mark.parametrize("script", JAX_SCRIPTS)
