@@ -97,7 +97,7 @@ class Args(ScalingArgs, RunArgs):
     async_envs: bool = False
     """step the envs in two halves that take turns: one half steps on envpool's threads while the network picks the other half's actions, hiding a GPU's work behind the envs'; the same transitions (docs/gpu.md#the-envs-in-two-halves)"""
     envpool_async: bool = False
-    """envpool's own asynchronous mode: one instance whose recv returns the first half of the envs to finish a step, so its threads never wait on the slowest env or on the network. Each env still gives num_steps transitions per update, but the steps envs take while the network updates were acted by the previous policy (PPO's ratio is taken against it); not reproducible from --seed (docs/gpu.md#envpools-own-asynchronous-mode)"""
+    """envpool's own asynchronous mode: one instance whose recv returns the first half of the envs to finish a step, so the network acts on them while the other half steps. Each env still gives num_steps transitions per update, but the steps envs take past them and during the update (about 1% of a rollout) were acted by the previous policy (PPO's ratio is taken against it); twice the rollout's frame memory; not reproducible from --seed (docs/gpu.md#envpools-own-asynchronous-mode)"""
     env_threads: int = 0
     """envpool worker threads of the training envs, at most one per env (0: one per CPU core this process may use, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
@@ -427,17 +427,26 @@ def collect_alternating(groups, agent, storage, state, stats, args, device, rank
     return finished, NextStep(*(torch.cat(x) for x in zip(*states)))
 
 
+def async_buffer_rows(num_steps: int) -> int:
+    """--envpool-async's buffer: an env stores at most 2T + 2 rows in a rollout, however slow another env is. Envs
+    run ahead only until N/2 wait; then recv returns every env in flight, which advance together, each with at most
+    T + 2 rows (a carry of at most T + 2), until the slowest, with at least one row (none in the first rollout),
+    has T + 1."""
+    return 2 * num_steps + 2
+
+
 class EnvpoolAsyncRollout:
     """--envpool-async: envpool's own asynchronous mode. One instance of N envs whose recv returns the first N/2 to
-    finish a step (env ids in the order they finished), so no env thread waits on a step's slowest env or on the
-    network. Each env fills its own column of a buffer of 2T + 1 rows, one row per observation, with a row counter
-    per env; a rollout is complete when every env has its T transitions and the observation after them (row T, the
+    finish a step (env ids in the order they finished), so the network works on them while the other half steps.
+    Each env fills its own column of a buffer (async_buffer_rows), one row per observation, with a row counter per
+    env; a rollout is complete when every env has its T transitions and the observation after them (row T, the
     bootstrap): the same [T, N] rollout as the synchronous mode's, env by env. Envs that got ahead keep stepping
     meanwhile, and their rows past T open the next rollout; those rows, and the step that each env still in flight
-    takes while the network updates, were acted by the previous policy: their log-probs stay that policy's (PPO's
-    ratio is taken against the policy that acted), their values are recomputed by the updated critic. To keep the
-    envs in step, an env that has its T + 1 rows waits (is not sent) as long as N/2 others stay in flight, which
-    recv needs."""
+    takes while the network updates, were acted by an earlier policy (the previous one unless an env ran T or more
+    steps ahead, then the one before): their log-probs stay that policy's (PPO's ratio is taken against the policy that acted), their
+    values are recomputed by the updated critic. To keep the envs in step, an env that has its T + 1 rows waits (is
+    not sent) as long as N/2 others stay in flight, which recv needs. A game that ends in a row past T is reported
+    with the next rollout, whose step count holds it."""
 
     def __init__(self, envs, buffer: Storage, num_steps: int, device):
         self.envs, self.buffer, self.num_steps, self.device = envs, buffer, num_steps, device
@@ -445,11 +454,11 @@ class EnvpoolAsyncRollout:
         self.rows = np.zeros(num_envs, dtype=np.int64)  # rows each env has stored in this rollout
         self.in_flight = np.zeros(num_envs, dtype=bool)  # sent an action whose result is not yet received
         self.batch = num_envs // 2  # envpool's batch_size: recv waits for this many envs
-        self.started = False
+        self.started, self.next_games = False, []  # next_games: games that ended in rows past T
 
     def collect(self, agent, stats) -> tuple:
         """One rollout (called under no_grad): (games finished, the NextStep of row T)."""
-        finished = []
+        finished, self.next_games = self.next_games, []
         if self.started:
             self.open_rollout(agent)
         else:
@@ -459,7 +468,7 @@ class EnvpoolAsyncRollout:
             obs, reward, term, trunc, info = self.envs.recv()
             ids = np.asarray(info["env_id"], dtype=np.int64)
             self.in_flight[ids] = False
-            finished += stats.update(info, trunc, ids)
+            self.sort_games(stats.update(info, trunc, ids), ids, np.logical_or(info["terminated"], trunc), finished)
             self.store(ids, obs, reward, term, trunc)
             actions = policy_at(agent, self.buffer, self.rows[ids] - 1, ids, self.device)
             go = self.who_steps(ids)
@@ -467,14 +476,16 @@ class EnvpoolAsyncRollout:
         last = self.num_steps
         return finished, NextStep(self.buffer.obs[last], self.buffer.dones[last], self.buffer.terminations[last])
 
+    def sort_games(self, games, ids, game_over, finished) -> None:
+        """Games that end in an observation of rows 1..T belong to this rollout; past T, to the next one."""
+        later = self.rows[ids[np.flatnonzero(game_over)]] > self.num_steps
+        finished += [game for game, is_later in zip(games, later) if not is_later]
+        self.next_games += [game for game, is_later in zip(games, later) if is_later]
+
     def store(self, ids, obs, reward, term, trunc) -> None:
         """Each env's reward goes to its last row (the step that earned it; none for a first observation), its new
         observation and flags to the next row."""
-        rows, capacity = self.rows[ids], self.buffer.obs.shape[0]
-        if (rows >= capacity).any():  # an env ran num_steps rows ahead of another: not seen, and not silently lost
-            raise RuntimeError(f"--envpool-async: env {int(ids[rows.argmax()])} ran {self.num_steps} steps ahead of "
-                               f"env {int(self.rows.argmin())}; its rows would overflow the rollout buffer")
-        b, dev = self.buffer, self.device
+        rows, b, dev = self.rows[ids], self.buffer, self.device
         had = rows > 0
         b.rewards[torch.as_tensor(rows[had] - 1, device=dev), torch.as_tensor(ids[had], device=dev)] = \
             torch.as_tensor(reward[had], dtype=torch.float32, device=dev)
@@ -509,9 +520,9 @@ class EnvpoolAsyncRollout:
         self.rows = carry
         waited = np.flatnonzero(~self.in_flight)
         row, env = np.nonzero(np.arange(k)[:, None] < carry[None, :])
-        acted = self.in_flight[env] | (row < carry[env] - 1)
-        if acted.any():
-            r, i = (torch.as_tensor(x[acted], device=self.device) for x in (row, env))
+        acted = np.flatnonzero(self.in_flight[env] | (row < carry[env] - 1))
+        for start in range(0, len(acted), 1024):  # forward passes of at most 1,024 frames
+            r, i = (torch.as_tensor(x[acted[start:start + 1024]], device=self.device) for x in (row, env))
             self.buffer.values[r, i] = agent(self.buffer.obs[r, i])[1].float()
         if len(waited):
             self.send(waited, policy_at(agent, self.buffer, carry[waited] - 1, waited, self.device))
@@ -1027,7 +1038,7 @@ def main():
     stop = StopFlag()
 
     # --envpool-async's envs run ahead into rows past T (EnvpoolAsyncRollout); GAE and the update read rows 0..T-1
-    rows = 2 * args.num_steps + 1 if args.envpool_async else args.num_steps
+    rows = async_buffer_rows(args.num_steps) if args.envpool_async else args.num_steps
     buffer = make_storage(rows, local_envs, groups[0].observation_space.shape, device)
     storage = first_rows(buffer, args.num_steps)
     stats = EpisodeStats(local_envs)

@@ -661,7 +661,7 @@ def envpool_async_rollouts(num_envs, num_steps, times, seed=7, device="cpu", env
     the buffer, which the next rollout reuses; `between(i)` runs after rollout i (an update)."""
     envs = envs or m.EnvClock(m.make_envs("Breakout-v5", num_envs, seed, batch_size=num_envs // 2))
     agent = agent or ObsHashAgent(envs.action_space.n)
-    buffer = m.make_storage(2 * num_steps + 1, num_envs, (4, 84, 84), device)
+    buffer = m.make_storage(m.async_buffer_rows(num_steps), num_envs, (4, 84, 84), device)
     collector, stats, out = m.EnvpoolAsyncRollout(envs, buffer, num_steps, device), m.EpisodeStats(num_envs), []
     for i in range(times):
         finished, state = m.collect_rollout([envs], agent, None, None, stats, m.Args(num_steps=num_steps), device,
@@ -689,8 +689,7 @@ def test_envpool_async_collects_each_envs_transitions_of_the_synchronous_mode(de
         for x, y in zip(a_state, b_state):
             assert torch.equal(x, y)
         assert sorted(a_done) == sorted(b_done)
-    assert sync[2][0].dones.sum() >= 2 and sum(x[0].rewards.sum() for x in sync) > 0
-    assert (collector.rows > 0).all()
+    assert sync[2][0].dones.sum() >= 2 and sum(x[0].rewards.sum() for x in sync) > 0 and sync[1][2]
 
 
 class FakeAsyncPool:
@@ -698,16 +697,17 @@ class FakeAsyncPool:
     envs that finish first (and refuses to wait forever when fewer are in flight). Env e's frame after its k-th
     step spells (e, k); a step's reward is 10 k + the action taken; env e's episodes end every 5 + e steps,
     terminated for even e, truncated for odd. It records every action it was sent, and the version of `agent`
-    (the policy) current when it was sent."""
+    (the policy) current when it was sent. `reset_time`: how long each env's first observation takes."""
     action_space = type("Space", (), {"n": 4})
 
-    def __init__(self, num_envs, batch, agent, seed=0):
+    def __init__(self, num_envs, batch, agent, seed=0, reset_time=None):
         self.rng, self.batch, self.steps = np.random.default_rng(seed), batch, np.zeros(num_envs, dtype=np.int64)
         self.finish_at, self.now, self.sent, self.fewest_in_flight, self.agent = {}, 0.0, {}, num_envs, agent
+        self.reset_time = reset_time or [self.rng.exponential() for _ in range(num_envs)]
 
     def async_reset(self):
         for e in range(len(self.steps)):
-            self.finish_at[e] = self.rng.exponential()
+            self.finish_at[e] = self.reset_time[e]
 
     def send(self, actions, ids):
         for a, e in zip(actions, ids):
@@ -752,9 +752,10 @@ def test_envpool_async_rows_by_hand_over_rollouts_with_updates_between(device="c
     """The --envpool-async bookkeeping against envs that finish in random order, with an update (a new policy and
     critic) between rollouts: rollout j's row t of env e is that env's step k = j T + t, env by env (frames, flags,
     the reward its action earned, the action it was sent, and that action's log-prob under the policy that chose
-    it); every value is the current critic's; the bootstrap is step (j + 1) T. The rows acted before the update
-    (envs that ran ahead, and those in flight during it) are the first of their env's column; the envs that waited
-    are acted by the new policy. recv never waits on fewer than half the envs."""
+    it); every value is the current critic's; the bootstrap is step (j + 1) T, its flags included. The rows acted
+    before the update (envs that ran ahead, and those in flight during it) are the first of their env's column; the
+    envs that waited are acted by the new policy. The games reported with rollout j are those that ended in its rows
+    1..T, with their returns and lengths. recv never waits on fewer than half the envs."""
     num_envs, num_steps, times = 8, 6, 40
     agent = StepReadingAgent()
     pool = FakeAsyncPool(num_envs, num_envs // 2, agent)
@@ -781,11 +782,36 @@ def test_envpool_async_rows_by_hand_over_rollouts_with_updates_between(device="c
             assert all(v <= j for v in versions)
             stale += sum(old)
             waited += j > 0 and not old[0]
-        assert state.done.tolist() == [float(int(x[0, 0, 1]) % (5 + e) == 0) for e, x in enumerate(state.obs)]
+        end = [(j + 1) * num_steps % (5 + e) == 0 for e in range(num_envs)]
+        assert state.done.tolist() == [float(x) for x in end]
+        assert state.terminated.tolist() == [float(x and e % 2 == 0) for e, x in enumerate(end)]
+        games = []
+        for e in range(num_envs):
+            for k in range(j * num_steps + 1, (j + 1) * num_steps + 1):
+                if k % (5 + e) == 0:  # the game of steps k - 5 - e .. k - 1
+                    steps = range(max(k - 5 - e, 0), k)
+                    games.append((sum(10.0 * s + pool.sent[(e, s)][0] for s in steps), k))
+        assert sorted(finished) == sorted(games) and games
     # both ways of opening a rollout are exercised: rows carried from before the update, envs that waited for it
     assert stale > times and waited > times
     assert pool.fewest_in_flight >= num_envs // 2
-    assert (collector.rows <= 2 * num_steps + 1).all()
+
+
+def test_envpool_async_buffer_holds_the_worst_case():
+    """An env whose first observation takes as long as the others' 200 steps: half the envs wait, the other three
+    must keep stepping with it (recv needs half of them in flight), in step with it until it has its T + 1 rows.
+    They end with 2T + 2 rows, the bound async_buffer_rows allows for, and the rollout is the slow env's steps
+    0..T and theirs 0..T, as always; more rollouts with random slow steps stay inside it."""
+    num_steps = 16
+    agent = StepReadingAgent()
+    pool = FakeAsyncPool(8, 4, agent, seed=2, reset_time=[200.0] + [0.1] * 7)  # a seed whose draws reach the bound
+    out, collector = envpool_async_rollouts(8, num_steps, 1, envs=pool, agent=agent)
+    assert collector.rows.max() == 2 * num_steps + 2 == m.async_buffer_rows(num_steps)  # 2T + 1 would not hold it
+    assert collector.rows[0] == num_steps + 1 and pool.fewest_in_flight == 4
+    rollout = out[0][0]
+    assert (rollout.obs[:, :, 0, 0, 1].long() == torch.arange(num_steps)[:, None]).all()
+    slow = FakeAsyncPool(8, 4, agent, seed=3, reset_time=[50.0, 30.0] + [0.1] * 6)
+    envpool_async_rollouts(8, num_steps, 20, envs=slow, agent=agent)  # index errors if a row fell outside
 
 
 def test_envpool_async_runs_resumes_and_refuses_what_it_cannot_do(tmp_path):
