@@ -98,21 +98,26 @@ def test_summary_prints_every_seed_and_the_verdict_by_the_rule(tmp_path, capsys)
     assert "difference -8.00" in compat and "-> behind" in compat
 
 
-def test_async_check_judges_async_against_our_synchronous_runs(tmp_path, capsys):
-    """--async-check: no CleanRL run; --async-envs against ours without it, by the same rule, with the half-width."""
-    total = 10_240
+def judge_mode(tmp_path, capsys, check: str, stem: str, shift: float) -> tuple:
+    """A check of a mode of ours against our synchronous runs (finals 10, 11, 12 for seeds 1-3; the mode's shifted
+    by `shift`) through check_options and summarize: (the --out it chose, what it printed)."""
     for seed, final in zip([1, 2, 3], [10.0, 11.0, 12.0]):
-        write_ours(tmp_path, "ppo_atari_envpool", seed, [0.0] * 9 + [final], total)
-        write_ours(tmp_path, "ppo_atari_envpool_async", seed, [0.0] * 9 + [final - 0.5], total)
-    args = make_args(tmp_path, async_check=True, envpool_async_check=False, study=False, env_ids=None,
-                     cleanrl_seeds=None, arms=["default"], parallel=2)
+        write_ours(tmp_path, "ppo_atari_envpool", seed, [0.0] * 9 + [final], 10_240)
+        write_ours(tmp_path, stem, seed, [0.0] * 9 + [final + shift], 10_240)
+    args = make_args(tmp_path, async_check=check == "async", envpool_async_check=check == "envpool-async",
+                     study=False, env_ids=None, cleanrl_seeds=None, arms=["default"], parallel=2)
     args.out = None
     pal.check_options(args)
-    assert args.cleanrl_seeds == [] and args.arms == ["ppo_atari_envpool", "ppo_atari_envpool_async"]
-    assert args.out == pal.ASYNC_OUT
-    args.out = str(tmp_path)
+    assert args.cleanrl_seeds == [] and args.arms == ["ppo_atari_envpool", stem]
+    chosen, args.out = args.out, str(tmp_path)
     lc.summarize(pal.PPO, args)
-    out = capsys.readouterr().out
+    return chosen, capsys.readouterr().out
+
+
+def test_async_check_judges_async_against_our_synchronous_runs(tmp_path, capsys):
+    """--async-check: no CleanRL run; --async-envs against ours without it, by the same rule, with the half-width."""
+    chosen, out = judge_mode(tmp_path, capsys, "async", "ppo_atari_envpool_async", -0.5)
+    assert chosen == pal.ASYNC_OUT
     assert "ours final per seed: 10.00 11.00 12.00" in out and "CleanRL" not in out
     line = next(x for x in out.splitlines() if x.startswith("ours --async-envs: per seed"))
     lo, hi = lc.bootstrap_difference([9.5, 10.5, 11.5], [10.0, 11.0, 12.0])
@@ -122,19 +127,9 @@ def test_async_check_judges_async_against_our_synchronous_runs(tmp_path, capsys)
 def test_envpool_async_check_judges_it_against_our_synchronous_runs(tmp_path, capsys):
     """--envpool-async-check: no CleanRL run; --envpool-async against ours without it, by the same rule, in its own
     folder; the two checks at once are refused."""
-    total = 10_240
-    for seed, final in zip([1, 2, 3], [10.0, 11.0, 12.0]):
-        write_ours(tmp_path, "ppo_atari_envpool", seed, [0.0] * 9 + [final], total)
-        write_ours(tmp_path, "ppo_atari_envpool_envpool_async", seed, [0.0] * 9 + [final + 3.0], total)
-    args = make_args(tmp_path, async_check=False, envpool_async_check=True, study=False, env_ids=None,
-                     cleanrl_seeds=None, arms=["default"], parallel=2)
-    args.out = None
-    pal.check_options(args)
-    assert args.cleanrl_seeds == [] and args.arms == ["ppo_atari_envpool", "ppo_atari_envpool_envpool_async"]
-    assert args.out == pal.ENVPOOL_ASYNC_OUT
-    args.out = str(tmp_path)
-    lc.summarize(pal.PPO, args)
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ours --envpool-async: per seed"))
+    chosen, out = judge_mode(tmp_path, capsys, "envpool-async", "ppo_atari_envpool_envpool_async", 3.0)
+    assert chosen == pal.ENVPOOL_ASYNC_OUT
+    line = next(x for x in out.splitlines() if x.startswith("ours --envpool-async: per seed"))
     assert "difference +3.00" in line and "-> ahead" in line
     both = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "ppo_atari_learning.py"), "--async-check",
                            "--envpool-async-check", "--dry-run"], capture_output=True, text=True)
