@@ -22,7 +22,9 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from _throughput_common import refuse  # noqa: E402
+from cleanrl_scaling.utils.aggregate import open_metrics  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -156,9 +158,10 @@ def print_jobs(jobs: list) -> None:
 
 
 def our_episodes(run_dir):
-    """Training and evaluation (step, return) pairs from metrics.jsonl, and the last step logged."""
+    """Training and evaluation (step, return) pairs from metrics.jsonl (or the gzipped copy that
+    docs/reproducing/runs/ keeps), and the last step logged."""
     train, evaluation, last = [], [], 0
-    for line in open(os.path.join(run_dir, "metrics.jsonl")):
+    for line in open_metrics(os.path.join(run_dir, "metrics.jsonl")):
         row = json.loads(line)
         last = max(last, row["global_step"])
         if "charts/episodic_return" in row:

@@ -1,5 +1,6 @@
 """benchmark/_learning_comparison.py and the comparisons on it: the final statistic, the bootstrap rule, the arms of
 ours and their commands, the verdict printed from run directories (benchmark/ppo_atari_learning.py)."""
+import gzip
 import json
 import os
 import subprocess
@@ -134,6 +135,21 @@ def test_envpool_async_check_judges_it_against_our_synchronous_runs(tmp_path, ca
     both = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "ppo_atari_learning.py"), "--async-check",
                            "--envpool-async-check", "--dry-run"], capture_output=True, text=True)
     assert both.returncode == 2 and "one check at a time" in both.stderr and both.stderr.count("\n") == 1
+
+
+def test_archived_runs_are_read_from_their_gzipped_metrics(tmp_path, capsys):
+    """docs/reproducing/runs/ keeps metrics.jsonl gzipped: the summary reads them there as it reads the plain file."""
+    _, plain_out = judge_mode(tmp_path, capsys, "envpool-async", "ppo_atari_envpool_envpool_async", 3.0)
+    files = list((tmp_path / "ours").glob("*/metrics.jsonl"))
+    for path in files:
+        with open(path, "rb") as f, gzip.open(str(path) + ".gz", "wb") as g:
+            g.write(f.read())
+        path.unlink()
+    args = make_args(tmp_path, arms=["ppo_atari_envpool", "ppo_atari_envpool_envpool_async"], cleanrl_seeds=[],
+                     reference="ours")
+    lc.summarize(pal.PPO, args)
+    gz_out = capsys.readouterr().out
+    assert len(files) == 6 and "difference +3.00" in gz_out and gz_out.splitlines()[-1] == plain_out.splitlines()[-1]
 
 
 def test_no_verdict_until_every_seed_finished(tmp_path, capsys):
