@@ -443,10 +443,10 @@ class EnvpoolAsyncRollout:
     bootstrap): the same [T, N] rollout as the synchronous mode's, env by env. Envs that got ahead keep stepping
     meanwhile, and their rows past T open the next rollout; those rows, and the step that each env still in flight
     takes while the network updates, were acted by an earlier policy (the previous one unless an env ran T or more
-    steps ahead, then the one before): their log-probs stay that policy's (PPO's ratio is taken against the policy that acted), their
-    values are recomputed by the updated critic. To keep the envs in step, an env that has its T + 1 rows waits (is
-    not sent) as long as N/2 others stay in flight, which recv needs. A game that ends in a row past T is reported
-    with the next rollout, whose step count holds it."""
+    steps ahead, then the one before): their log-probs stay that policy's (PPO's ratio is taken against the policy
+    that acted), their values are recomputed by the updated critic. To keep the envs in step, an env that has its
+    T + 1 rows waits (is not sent) as long as N/2 others stay in flight, which recv needs. A game that ends in a row
+    past T is reported with the next rollout, whose step count holds it."""
 
     def __init__(self, envs, buffer: Storage, num_steps: int, device):
         self.envs, self.buffer, self.num_steps, self.device = envs, buffer, num_steps, device
@@ -469,8 +469,11 @@ class EnvpoolAsyncRollout:
             ids = np.asarray(info["env_id"], dtype=np.int64)
             self.in_flight[ids] = False
             self.sort_games(stats.update(info, trunc, ids), ids, np.logical_or(info["terminated"], trunc), finished)
-            self.store(ids, obs, reward, term, trunc)
-            actions = policy_at(agent, self.buffer, self.rows[ids] - 1, ids, self.device)
+            rows = self.rows[ids]  # where each env's new observation goes
+            r, i = torch.as_tensor(rows, device=self.device), torch.as_tensor(ids, device=self.device)
+            self.store(r, i, rows > 0, obs, reward, term, trunc)
+            self.rows[ids] += 1
+            actions = policy_at(agent, self.buffer, r, i)
             go = self.who_steps(ids)
             self.send(ids[go], actions[go])
         last = self.num_steps
@@ -482,18 +485,19 @@ class EnvpoolAsyncRollout:
         finished += [game for game, is_later in zip(games, later) if not is_later]
         self.next_games += [game for game, is_later in zip(games, later) if is_later]
 
-    def store(self, ids, obs, reward, term, trunc) -> None:
-        """Each env's reward goes to its last row (the step that earned it; none for a first observation), its new
-        observation and flags to the next row."""
-        rows, b, dev = self.rows[ids], self.buffer, self.device
-        had = rows > 0
-        b.rewards[torch.as_tensor(rows[had] - 1, device=dev), torch.as_tensor(ids[had], device=dev)] = \
-            torch.as_tensor(reward[had], dtype=torch.float32, device=dev)
-        r, i = torch.as_tensor(rows, device=dev), torch.as_tensor(ids, device=dev)
+    def store(self, r, i, had_step, obs, reward, term, trunc) -> None:
+        """The new observation and flags of envs i go to their rows r; the reward to the row before (the step that
+        earned it), where they had one (not for a first observation)."""
+        b, dev = self.buffer, self.device
         b.obs[r, i] = torch.as_tensor(obs, device=dev)
         b.dones[r, i] = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32, device=dev)
         b.terminations[r, i] = torch.as_tensor(term, dtype=torch.float32, device=dev)
-        self.rows[ids] += 1
+        reward = torch.as_tensor(reward, dtype=torch.float32, device=dev)
+        if had_step.all():
+            b.rewards[r - 1, i] = reward
+        elif had_step.any():  # the first rollout's first observations come with no reward
+            had = torch.as_tensor(had_step, device=dev)
+            b.rewards[r[had] - 1, i[had]] = reward[had]
 
     def who_steps(self, ids) -> np.ndarray:
         """Which of the envs just received step again: every env short of its T + 1 rows, and of those that have
@@ -525,13 +529,13 @@ class EnvpoolAsyncRollout:
             r, i = (torch.as_tensor(x[acted[start:start + 1024]], device=self.device) for x in (row, env))
             self.buffer.values[r, i] = agent(self.buffer.obs[r, i])[1].float()
         if len(waited):
-            self.send(waited, policy_at(agent, self.buffer, carry[waited] - 1, waited, self.device))
+            r, i = (torch.as_tensor(x, device=self.device) for x in (carry[waited] - 1, waited))
+            self.send(waited, policy_at(agent, self.buffer, r, i))
 
 
-def policy_at(agent, buffer, rows, ids, device) -> np.ndarray:
-    """--envpool-async: the value, action and log-prob of the frames that each env of `ids` stored at its row of
-    `rows`, stored beside them; returns the actions, for envpool."""
-    r, i = torch.as_tensor(rows, device=device), torch.as_tensor(ids, device=device)
+def policy_at(agent, buffer, r, i) -> np.ndarray:
+    """--envpool-async: the value, action and log-prob of the frames that envs i stored at their rows r (index
+    tensors), stored beside them; returns the actions, for envpool."""
     logits, value = agent(buffer.obs[r, i])
     action, logprob = sample_actions(logits.float())
     buffer.values[r, i], buffer.actions[r, i], buffer.logprobs[r, i] = value.float(), action, logprob
