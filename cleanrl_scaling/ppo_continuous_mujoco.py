@@ -1953,21 +1953,41 @@ class LoopTimes:
 # >>> shared:torch-compile
 def maybe_compile(fn, enabled: bool):
     """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
-    line and run eagerly: the same function, so training is unchanged up to float rounding."""
+    line and run eagerly: the same function, so training is unchanged up to float rounding. Inductor builds a
+    backward at its first backward call, outside this wrapper, so the first call with gradients builds it at once
+    (its gradient discarded, nothing accumulated): a backward that cannot build falls back too."""
     if not enabled:
         return fn
-    active = [torch.compile(fn)]
+    active, backward_built = [torch.compile(fn)], [False]
+
+    def fall_back(err, *args, **kwargs):
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"warning: torch.compile failed ({reason}); running eagerly (--no-compile skips it)", file=sys.stderr)
+        active[0] = fn
+        return fn(*args, **kwargs)
+
+    def build_backward(out, args) -> None:
+        loss = out[0] if isinstance(out, tuple) else out
+        weights = [p for a in args if isinstance(a, nn.Module) for p in a.parameters() if p.requires_grad]
+        if torch.is_tensor(loss) and loss.requires_grad and weights:
+            torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
+            backward_built[0] = True
 
     def call(*args, **kwargs):
-        try:
-            return active[0](*args, **kwargs)
-        except torch._dynamo.exc.BackendCompilerFailed as err:
-            if active[0] is fn:
-                raise
-            reason = str(err).strip().splitlines()[0]
-            print(f"warning: torch.compile failed ({reason}); running eagerly (--no-compile skips it)", file=sys.stderr)
-            active[0] = fn
+        if active[0] is fn:
             return fn(*args, **kwargs)
+        try:
+            out = active[0](*args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            return fall_back(err, *args, **kwargs)
+        if not backward_built[0]:
+            try:
+                build_backward(out, args)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as err:  # inductor's lazy backward raises its own errors, not BackendCompilerFailed
+                return fall_back(err, *args, **kwargs)
+        return out
     return call
 
 

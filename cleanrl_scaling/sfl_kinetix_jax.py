@@ -1955,6 +1955,9 @@ def estimate_memory(train: Train, args, template: RunnerState, sample_level_exam
     for name, low in lowered.items():
         t0 = time.time()
         stats = low.compile().memory_analysis()
+        if stats is None:  # jax documents that a backend may keep none
+            exit_usage(UsageError(f"--estimate-memory: JAX's {jax.default_backend()} backend gives no memory analysis "
+                                  f"of a compiled program ({name}); read the peak from a short run's summary.json"))
         total = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
         out[name] = {"argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
                      "temp_bytes": stats.temp_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,

@@ -408,6 +408,87 @@ def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
     assert len(calls) >= 2  # the eager function ran after the failure
 
 
+def compile_with_backward(monkeypatch, backward_compiler):
+    """torch.compile as maybe_compile calls it, with a backend whose forward runs the traced graph and whose backward
+    is `backward_compiler`'s: AOTAutograd calls it lazily, at the first backward, as it calls inductor's."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    backend = aot_autograd(fw_compiler=lambda gm, example: make_boxed_func(gm.forward),
+                           bw_compiler=lambda gm, example: make_boxed_func(backward_compiler(gm, example)))
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn: real_compile(fn, backend=backend))
+
+
+def tiny_ppo_minibatch(seed=0):
+    torch.manual_seed(seed)
+    agent = m.Agent(4)
+    n = 6
+    batch = (torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (n,)), -torch.rand(n),
+             torch.randn(n), torch.randn(n), torch.randn(n), torch.ones(n), torch.tensor(float(n)))
+    return agent, batch
+
+
+def ppo_gradient(agent, batch, loss_fn):
+    agent.zero_grad(set_to_none=True)
+    loss, _ = loss_fn(agent, *batch, m.Args())
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in agent.parameters()]
+
+
+def test_compile_builds_the_backward_at_the_first_call_and_keeps_its_gradient_out(monkeypatch):
+    """Inductor compiles a backward lazily; maybe_compile builds it inside the first call (so that its failure can
+    fall back), and that build accumulates nothing: the gradient is the eager one, not twice it."""
+    built = []
+    def backward_compiler(gm, example):
+        built.append(1)
+        return gm.forward
+    agent, batch = tiny_ppo_minibatch()
+    eager_loss, eager_grads = ppo_gradient(agent, batch, m.ppo_loss)
+    torch._dynamo.reset()
+    try:
+        compile_with_backward(monkeypatch, backward_compiler)
+        fn = m.maybe_compile(m.ppo_loss, True)
+        agent.zero_grad(set_to_none=True)
+        loss, _ = fn(agent, *batch, m.Args())
+        assert built == [1] and all(p.grad is None for p in agent.parameters())  # built, nothing accumulated
+        loss.backward()
+        grads = [p.grad.clone() for p in agent.parameters()]
+        second_loss, second_grads = ppo_gradient(agent, batch, fn)
+    finally:
+        torch._dynamo.reset()
+    assert built == [1]  # built once
+    for g, e, s in zip(grads, eager_grads, second_grads):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7)
+        assert torch.equal(g, s)
+    torch.testing.assert_close(loss.detach(), eager_loss) and torch.testing.assert_close(second_loss, eager_loss)
+
+
+def test_compile_falls_back_to_eager_when_the_backward_cannot_build(monkeypatch, capfd):
+    """A backward compile that fails (raised by AOTAutograd's lazy call, not as BackendCompilerFailed) gives one
+    warning line and the eager function from then on, with the eager gradient."""
+    def backward_compiler(gm, example):
+        raise RuntimeError("ptxas cannot target this GPU\nsecond line")
+    calls = []
+    def counted_loss(*args):
+        calls.append(1)
+        return m.ppo_loss(*args)
+    agent, batch = tiny_ppo_minibatch()
+    eager_loss, eager_grads = ppo_gradient(agent, batch, m.ppo_loss)
+    torch._dynamo.reset()
+    try:
+        compile_with_backward(monkeypatch, backward_compiler)
+        fn = m.maybe_compile(counted_loss, True)
+        loss, grads = ppo_gradient(agent, batch, fn)
+        before = len(calls)
+        ppo_gradient(agent, batch, fn)
+    finally:
+        torch._dynamo.reset()
+    assert len(calls) == before + 1  # eager from then on: the eager function ran once more, not traced
+    assert torch.equal(loss, eager_loss) and all(torch.equal(g, e) for g, e in zip(grads, eager_grads))
+    err = capfd.readouterr().err
+    assert err.count("warning: torch.compile failed") == 1 and "(ptxas cannot target this GPU)" in err
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     """The rollout runs in one autocast region (its bf16 weight cache lives for the whole rollout): what it

@@ -1676,6 +1676,16 @@ def test_estimate_memory_compiles_without_training(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_estimate_memory_says_so_where_the_backend_gives_no_analysis(tmp_path, capsys, monkeypatch):
+    """jax documents that memory_analysis() may return None: one line naming the backend, exit 2, nothing written."""
+    monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", lambda self: None)
+    assert run_main(tiny(2) + ["--estimate-memory", "--runs-dir", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --estimate-memory: JAX's cpu backend gives no memory analysis")
+    assert not (tmp_path / "never").exists() or not os.listdir(tmp_path / "never")
+
+
+@pytest.mark.slow
 def test_nan_stops_with_exit_3_and_keeps_the_last_good_checkpoint(tmp_path):
     """A learning rate that overflows the parameters: exit 3, status diverged, the checkpoint of iteration 2 intact.
     The checkpoint records lr 1e35 (its flags edited, as a run at that lr would have written it), so that the resume
