@@ -1730,11 +1730,15 @@ class LoopTimes:
 def maybe_compile(fn, enabled: bool):
     """torch.compile what is hot (LeanRL); where inductor cannot build (e.g. no C++ compiler), warn in one
     line and run eagerly: the same function, so training is unchanged up to float rounding. Inductor builds a
-    backward at its first backward call, outside this wrapper, so the first call with gradients builds it at once
-    (its gradient discarded, nothing accumulated): a backward that cannot build falls back too."""
+    graph's backward at its first backward call, outside this wrapper, so a call with gradients that compiled a
+    new graph (the first, or a recompile for new shapes) builds it at once (its gradient discarded, nothing
+    accumulated): a backward that cannot build falls back too."""
     if not enabled:
         return fn
     active, backward_built = [torch.compile(fn)], [False]
+
+    def graphs_compiled() -> int:  # dynamo's private count; the first call with gradients is probed whatever it says
+        return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
     def fall_back(err, *args, **kwargs):
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -1752,11 +1756,12 @@ def maybe_compile(fn, enabled: bool):
     def call(*args, **kwargs):
         if active[0] is fn:
             return fn(*args, **kwargs)
+        before = graphs_compiled()
         try:
             out = active[0](*args, **kwargs)
         except torch._dynamo.exc.BackendCompilerFailed as err:
             return fall_back(err, *args, **kwargs)
-        if not backward_built[0]:
+        if not backward_built[0] or graphs_compiled() != before:
             try:
                 build_backward(out, args)
             except torch.OutOfMemoryError:

@@ -473,6 +473,31 @@ def test_compile_falls_back_to_eager_when_the_backward_cannot_build(monkeypatch,
     assert err.count("warning: torch.compile failed") == 1 and "(ptxas cannot target this GPU)" in err
 
 
+def test_compile_falls_back_when_a_recompile_for_new_shapes_cannot_build_its_backward(monkeypatch, capfd):
+    """A minibatch of 6 in chunks of 4 compiles a second graph for the chunk of 2, whose backward is again built
+    lazily: its failure there falls back as the first graph's would, with one warning line and the eager gradient."""
+    built = []
+    def backward_compiler(gm, example):
+        built.append(1)
+        if len(built) > 1:
+            raise RuntimeError("ptxas cannot target this GPU")
+        return gm.forward
+    torch.manual_seed(0)
+    agent, args, batch, idx = m.Agent(4), m.Args(update_chunk_size=4), tiny_batch(6), torch.arange(6)
+    eager, eager_stats = gradient(agent, batch, idx, args)
+    torch._dynamo.reset()
+    try:
+        compile_with_backward(monkeypatch, backward_compiler)
+        compiled, compiled_stats = gradient(agent, batch, idx, args, m.maybe_compile(m.ppo_loss, True))
+    finally:
+        torch._dynamo.reset()
+    assert len(built) >= 2  # the first graph's built; the second's tried (AOTAutograd tries a dynamic one early too)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(compiled_stats, eager_stats, rtol=1e-5, atol=1e-7)
+    err = capfd.readouterr().err
+    assert err.count("warning: torch.compile failed") == 1 and "(ptxas cannot target this GPU)" in err
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     """The rollout runs in one autocast region (its bf16 weight cache lives for the whole rollout): what it
