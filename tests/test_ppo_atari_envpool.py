@@ -1,5 +1,6 @@
 """ppo_atari_envpool.py: the math against hand-computed values, then end-to-end runs of the script (in-process and
 eager; what every script promises, bad input, SIGTERM and diagnostics, is in tests/test_every_script.py)."""
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -408,45 +409,59 @@ def test_compile_falls_back_to_eager_without_a_cxx_compiler(tmp_path, capfd):
     assert len(calls) >= 2  # the eager function ran after the failure
 
 
-def compile_with_backward(monkeypatch, backward_compiler):
-    """torch.compile as maybe_compile calls it, with a backend whose forward runs the traced graph and whose backward
-    is `backward_compiler`'s: AOTAutograd calls it lazily, at the first backward, as it calls inductor's."""
+@contextlib.contextmanager
+def compiled_with_backward(backward_compiler):
+    """Inside the block, torch.compile as maybe_compile calls it, with a backend whose forward runs the traced graph
+    and whose backward is `backward_compiler`'s: AOTAutograd calls it lazily, at the first backward, as it calls
+    inductor's. Dynamo's caches are cleared before and after."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     backend = aot_autograd(fw_compiler=lambda gm, example: make_boxed_func(gm.forward),
                            bw_compiler=lambda gm, example: make_boxed_func(backward_compiler(gm, example)))
     real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn: real_compile(fn, backend=backend))
+    torch._dynamo.reset()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch, "compile", lambda fn: real_compile(fn, backend=backend))
+            yield
+    finally:
+        torch._dynamo.reset()
 
 
-def test_compile_builds_the_backward_at_the_first_call_and_keeps_its_gradient_out(monkeypatch):
+def eager_minibatch(update_chunk_size: int) -> tuple:
+    """A seeded tiny agent, a minibatch of 6 and its eager gradient: (agent, args, batch, idx, gradient, stats)."""
+    torch.manual_seed(0)
+    agent, args, batch, idx = m.Agent(4), m.Args(update_chunk_size=update_chunk_size), tiny_batch(6), torch.arange(6)
+    return (agent, args, batch, idx, *gradient(agent, batch, idx, args))
+
+
+def assert_one_compile_warning(capfd, reason: str) -> None:
+    err = capfd.readouterr().err
+    assert err.count("warning: torch.compile failed") == 1 and f"({reason})" in err, err
+
+
+def test_compile_builds_the_backward_at_the_first_call_and_keeps_its_gradient_out():
     """Inductor compiles a backward lazily; maybe_compile builds it inside the first call (so that its failure can
     fall back), and that build accumulates nothing: the gradient is the eager one, not twice it."""
     built = []
     def backward_compiler(gm, example):
         built.append(1)
         return gm.forward
-    torch.manual_seed(0)
-    agent, args, batch, idx = m.Agent(4), m.Args(update_chunk_size=0), tiny_batch(6), torch.arange(6)
-    eager, _ = gradient(agent, batch, idx, args)
-    torch._dynamo.reset()
-    try:
-        compile_with_backward(monkeypatch, backward_compiler)
+    agent, args, batch, idx, eager, _ = eager_minibatch(update_chunk_size=0)
+    with compiled_with_backward(backward_compiler):
         fn = m.maybe_compile(m.ppo_loss, True)
         agent.zero_grad(set_to_none=True)
         fn(agent, *batch, batch.valid.sum(), args)
         assert built == [1] and all(p.grad is None for p in agent.parameters())  # built, nothing accumulated
         compiled, _ = gradient(agent, batch, idx, args, fn)
         again, _ = gradient(agent, batch, idx, args, fn)
-    finally:
-        torch._dynamo.reset()
     assert built == [1]  # built once
     assert eager.abs().max() > 0
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-7)
     assert torch.equal(compiled, again)
 
 
-def test_compile_falls_back_to_eager_when_the_backward_cannot_build(monkeypatch, capfd):
+def test_compile_falls_back_to_eager_when_the_backward_cannot_build(capfd):
     """A backward compile that fails (raised by AOTAutograd's lazy call, not as BackendCompilerFailed) gives one
     warning line and the eager function from then on, with the eager gradient."""
     def backward_compiler(gm, example):
@@ -455,25 +470,18 @@ def test_compile_falls_back_to_eager_when_the_backward_cannot_build(monkeypatch,
     def counted_loss(*args):
         calls.append(1)
         return m.ppo_loss(*args)
-    torch.manual_seed(0)
-    agent, args, batch, idx = m.Agent(4), m.Args(update_chunk_size=0), tiny_batch(6), torch.arange(6)
-    eager, eager_stats = gradient(agent, batch, idx, args)
-    torch._dynamo.reset()
-    try:
-        compile_with_backward(monkeypatch, backward_compiler)
+    agent, args, batch, idx, eager, eager_stats = eager_minibatch(update_chunk_size=0)
+    with compiled_with_backward(backward_compiler):
         fn = m.maybe_compile(counted_loss, True)
         compiled, compiled_stats = gradient(agent, batch, idx, args, fn)
         before = len(calls)
         gradient(agent, batch, idx, args, fn)
-    finally:
-        torch._dynamo.reset()
     assert len(calls) == before + 1  # eager from then on: the eager function ran once more, not traced
     assert torch.equal(compiled, eager) and torch.equal(compiled_stats, eager_stats)
-    err = capfd.readouterr().err
-    assert err.count("warning: torch.compile failed") == 1 and "(ptxas cannot target this GPU)" in err
+    assert_one_compile_warning(capfd, "ptxas cannot target this GPU")
 
 
-def test_compile_falls_back_when_a_recompile_for_new_shapes_cannot_build_its_backward(monkeypatch, capfd):
+def test_compile_falls_back_when_a_recompile_for_new_shapes_cannot_build_its_backward(capfd):
     """A minibatch of 6 in chunks of 4 compiles a second graph for the chunk of 2, whose backward is again built
     lazily: its failure there falls back as the first graph's would, with one warning line and the eager gradient."""
     built = []
@@ -482,20 +490,13 @@ def test_compile_falls_back_when_a_recompile_for_new_shapes_cannot_build_its_bac
         if len(built) > 1:
             raise RuntimeError("ptxas cannot target this GPU")
         return gm.forward
-    torch.manual_seed(0)
-    agent, args, batch, idx = m.Agent(4), m.Args(update_chunk_size=4), tiny_batch(6), torch.arange(6)
-    eager, eager_stats = gradient(agent, batch, idx, args)
-    torch._dynamo.reset()
-    try:
-        compile_with_backward(monkeypatch, backward_compiler)
+    agent, args, batch, idx, eager, eager_stats = eager_minibatch(update_chunk_size=4)
+    with compiled_with_backward(backward_compiler):
         compiled, compiled_stats = gradient(agent, batch, idx, args, m.maybe_compile(m.ppo_loss, True))
-    finally:
-        torch._dynamo.reset()
     assert len(built) >= 2  # the first graph's built; the second's tried (AOTAutograd tries a dynamic one early too)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(compiled_stats, eager_stats, rtol=1e-5, atol=1e-7)
-    err = capfd.readouterr().err
-    assert err.count("warning: torch.compile failed") == 1 and "(ptxas cannot target this GPU)" in err
+    assert_one_compile_warning(capfd, "ptxas cannot target this GPU")
 
 
 @pytest.mark.parametrize("bf16", [False, True])
