@@ -18,8 +18,8 @@ compiled one past --deadline-s minus 90 s, is skipped and marked so; one that fa
     eager_chunked      --no-compile, minibatches backpropagated in chunks of 512 (--update-chunk-size 512)
     eager_whole        --no-compile, whole minibatches (--update-chunk-size 0)
     eager_whole_bf16, eager_chunked_bf16   the same under --bf16
-    compiled_chunked   torch.compile (the default), chunks of 512: the script's default update
-    compiled_whole     torch.compile, whole minibatches
+    compiled_chunked   torch.compile (the default), chunks of 512: the script's default update on CPU
+    compiled_whole     torch.compile, whole minibatches: the script's default update on a GPU
     cudagraphs_whole   torch.compile(mode="reduce-overhead") of the loss, whole minibatches: CUDA graphs replay the
                        forward and backward kernels in one launch each (LeanRL's lever); the scripts do not offer it,
                        this row says whether they should

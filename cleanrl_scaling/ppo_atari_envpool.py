@@ -102,8 +102,8 @@ class Args(ScalingArgs, RunArgs):
     """envpool worker threads of the training envs, at most one per env (0: one per CPU core this process may use, the node's cores shared among its torchrun ranks; with --async-envs, each half's); changes no result"""
     compile: bool = True
     """torch.compile the update's forward pass and loss (10-20% faster updates on CPU here; compiled in the first iteration, cached on disk; eager, with a warning, where inductor cannot build)"""
-    update_chunk_size: int = 512
-    """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole)"""
+    update_chunk_size: int = -1
+    """backpropagate minibatches in chunks of at most this many samples (same gradient, bounded memory; 0 = whole; -1 = by device: 512 on CPU, whole on a GPU, where chunks of 512 made the update 5-6x slower on an H200, docs/gpu.md)"""
     eval_episodes: int = 10
     """episodes to evaluate the saved model on (with --save-model)"""
     save_features_every: int = 0
@@ -819,7 +819,8 @@ def validate(args) -> dict:
     check(args.save_features_every >= 0, f"--save-features-every must be >= 0 (got {args.save_features_every})")
     check(args.features_states >= 1, f"--features-states must be >= 1 (got {args.features_states})")
     check(args.env_threads >= 0, f"--env-threads must be >= 0 (got {args.env_threads})")
-    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0 (got {args.update_chunk_size})")
+    check(args.update_chunk_size >= 0, f"--update-chunk-size must be >= 0, or -1 for the device's default (got "
+                                       f"{args.update_chunk_size})")
     check(args.eval_episodes >= 1, f"--eval-episodes must be >= 1 (got {args.eval_episodes})")
     check(not args.capture_video, "--capture-video: envpool renders no frames; evaluate the saved model with --save-model")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -862,10 +863,19 @@ def load_start(args, signature: dict, scaling: dict):
     return None
 
 
+def update_chunk_for(requested: int, cuda: bool) -> int:
+    """--update-chunk-size -1 resolved: chunks of 512 bound a CPU's memory; on an H200 they made the update 5-6x slower
+    than whole minibatches, which took 2 GiB at 256 x 64 (docs/gpu.md#2026-11-30-one-h200)."""
+    if requested != -1:
+        return requested
+    return 0 if cuda and torch.cuda.is_available() else 512
+
+
 def read_args() -> tuple:
     """Args from the command line with the scaling resolved, their resume signature, and the checkpoint to start from
     (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args, description=help_description(__doc__))
+    args.update_chunk_size = update_chunk_for(args.update_chunk_size, args.cuda)  # the signature holds what runs
     signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
     try:
         scaling = validate(args)

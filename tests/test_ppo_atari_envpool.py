@@ -1172,9 +1172,28 @@ def test_bad_input_exits_2_with_one_line(flags, names, tmp_path):
 def test_a_checkpoint_of_another_network_says_which_flag_resumes_it(tmp_path):
     shaped = tmp_path / "shaped.ckpt"
     shaped.write_bytes(pickle.dumps({"script": "ppo_atari_envpool", "signature": m.resume_signature(
-        m.Args(separate_encoders=True), m.RESUMABLE)}))
+        m.Args(separate_encoders=True, update_chunk_size=512), m.RESUMABLE)}))  # 512: as a CPU run records it
     _, err = run(["--resume", str(shaped)], tmp_path, expect=2)
     assert "pass --separate-encoders to resume it" in err
+
+
+def test_update_chunk_size_follows_the_device_and_the_signature_records_what_runs(tmp_path, monkeypatch):
+    """-1 (the default): chunks of 512 on CPU, whole minibatches where the run uses CUDA; the resume signature holds the
+    resolved size, so a CPU run's checkpoint, old or new, records 512 and a GPU run's 0 (docs/gpu.md)."""
+    assert m.Args().update_chunk_size == -1
+    assert m.update_chunk_for(7, True) == 7 and m.update_chunk_for(0, False) == 0
+    monkeypatch.setattr(sys, "argv", ["ppo_atari_envpool.py", "--runs-dir", str(tmp_path)])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert m.update_chunk_for(-1, True) == 512 and m.update_chunk_for(-1, False) == 512
+    args, _, signature, _ = m.read_args()
+    assert args.update_chunk_size == 512 and signature["update_chunk_size"] == 512
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert m.update_chunk_for(-1, True) == 0 and m.update_chunk_for(-1, False) == 512  # --no-cuda: the CPU's
+    args, _, signature, _ = m.read_args()
+    assert args.update_chunk_size == 0 and signature["update_chunk_size"] == 0
+    monkeypatch.setattr(sys, "argv", ["ppo_atari_envpool.py", "--runs-dir", str(tmp_path), "--update-chunk-size", "64"])
+    args, _, signature, _ = m.read_args()
+    assert args.update_chunk_size == 64 and signature["update_chunk_size"] == 64
 
 
 def test_help_documents_every_flag(tmp_path):
