@@ -876,7 +876,7 @@ def read_args() -> tuple:
     (--resume or --init-from, or None); every usage error exits 2 here, before anything heavy starts."""
     args = tyro.cli(Args, description=help_description(__doc__))
     args.update_chunk_size = update_chunk_for(args.update_chunk_size, args.cuda)  # the signature holds what runs
-    signature = resume_signature(args, RESUMABLE)  # the flags as given: validate and the scaling rewrite args
+    signature = resume_signature(args, RESUMABLE)  # before validate and the scaling rewrite args
     try:
         scaling = validate(args)
         ckpt = load_start(args, signature, scaling)
