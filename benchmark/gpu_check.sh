@@ -14,13 +14,11 @@
 #   bash benchmark/gpu_check.sh --cpu-dry-run OUT_DIR     no GPU: the same steps at tiny sizes on CPU (catches typos;
 #                                                         the gpu tests skip, the SPS numbers mean nothing)
 #
-# Such a folder is built on a machine with a package index, for the image's Python (e.g. 3.12): pip install --target
-# DIR --no-deps --only-binary=:all: --python-version 3.12 tyro==1.0.16 docstring-parser typeguard shtab
-# gymnasium==1.3.0 farama-notifications envpool==1.0.1 dm-env optree dm-tree gym-notices pytest==8.4.2 pluggy
-# iniconfig packaging pygments, plus gym 0.26's pure-Python package (envpool imports it); about 32 MB when envpool is
-# cut to its Atari part (an image without tensorboard needs it too, with its dependencies: the scripts write their
-# run directory with it, and the check stops early without it). A script whose environments are missing there (envpool's Procgen part, mujoco,
-# kinetix-env) is skipped by its test and fails its SPS step, and the JSON says which.
+# Such a folder is built on a machine with a package index, for the image's Python (3.12), by
+# benchmark/gpu_torch_site.sh DIR (tyro, gymnasium, gym 0.26, envpool's Atari and Procgen parts, MuJoCo; PARTS="atari"
+# for the Atari part only; an image without tensorboard or pytest needs those too: the scripts write their run
+# directory with tensorboard, and the check stops early without it). A script whose environments are missing there is
+# skipped by its test and fails its SPS step, and the JSON says which.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

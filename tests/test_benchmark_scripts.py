@@ -1002,6 +1002,16 @@ def test_gpu_check_stops_after_the_versions_when_the_atari_scripts_do_not_import
     assert not any(k.startswith("sps_") or k == "gpu_tests" for k in result)
 
 
+def test_gpu_torch_site_refuses_an_unknown_part_before_it_writes_anything(tmp_path):
+    """benchmark/gpu_torch_site.sh with a PARTS entry it cannot build: one line naming the choices, exit 2, and no
+    folder made (pip never ran)."""
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_torch_site.sh"), str(tmp_path / "site")],
+                         capture_output=True, text=True, env=script_env(PARTS="atari vizdoom"), timeout=60)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.strip() == "error: PARTS holds vizdoom; choose among atari procgen mujoco"
+    assert not (tmp_path / "site").exists()
+
+
 def whole_1m_args():
     """sfl_kinetix_jax.py --preset 1m's resolved flags (its hybrid recipe's minibatches and learning rate)."""
     from cleanrl_scaling import sfl_kinetix_jax
