@@ -595,6 +595,38 @@ def test_update_speed_refuses_bad_options_in_one_line(flags, words):
     assert words in done.stderr
 
 
+# ppo_atari_rollout_step.py: the synchronous rollout step apart
+ROLLOUT_PIECES = ["forward", "sample", "actions_to_host", "frames_pageable", "frames_pinned", "newest_frame_pageable",
+                  "newest_frame_pinned", "flags_to_device", "episode_stats"]
+
+
+def test_rollout_step_dry_run_times_the_scripts_loop_and_every_piece(tmp_path):
+    """Tiny sizes on CPU: the script's own loop's three parts (positive), its own work and share of the rollout
+    recomputed here by hand, and every piece's median (the compiled forwards left out of a dry run)."""
+    import subprocess
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "ppo_atari_rollout_step.py"), "--cpu-dry-run",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.load(open(out))
+    assert (result["num_envs"], result["steps"], result["machine"]["device"]) == (8, 20, "cpu")
+    loop = result["as_script_ms"]
+    assert set(loop) == {"act", "env_step", "observe"} and all(v > 0 for v in loop.values())
+    assert result["own_ms_per_step"] == pytest.approx(loop["act"] + loop["observe"])
+    assert result["own_share_of_rollout"] == pytest.approx(result["own_ms_per_step"] / sum(loop.values()))
+    assert list(result["pieces_ms"]) == ROLLOUT_PIECES
+    assert all(isinstance(v, float) and v > 0 for v in result["pieces_ms"].values()), result["pieces_ms"]
+    assert f"{result['own_share_of_rollout']:.1%} of the rollout" in done.stdout
+
+
+def test_rollout_step_refuses_bad_options_in_one_line():
+    import subprocess
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "ppo_atari_rollout_step.py"), "--steps", "0"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert "must be >= 1" in done.stderr
+
+
 def test_env_limit_saves_each_n_as_it_goes(monkeypatch):
     """A call cut short by its time limit keeps what it measured: measure() hands save() the envpool rows first, then
     the row again after each timed run (here the second program dies in its timed run)."""
