@@ -3,7 +3,8 @@
 # gpu-marked tests (pytest -m gpu tests/test_gpu.py -k 'not jax'; gpu_jax_check.sh runs the JAX ones), envpool's random-action limit on Breakout, and the SPS of each torch script at
 # its defaults (Atari PPO also at 256 envs x 64 steps, each with --tf32 and --no-tf32, with --async-envs and with
 # --envpool-async; PQN also
-# at 128 envs x 32 steps, without and with --async-envs). Every number goes to
+# at 128 envs x 32 steps, without and with --async-envs, and with whole minibatches, --update-chunk-size 0, as Procgen
+# at its defaults). Every number goes to
 # OUT_DIR/gpu_check.json; logs beside it. About 8 minutes on one H200 with 16 CPU cores: steps past DEADLINE_S
 # seconds (default 500) are skipped and marked so, and each step has its own time limit. Where the Atari scripts or
 # envpool do not import (a package missing from SITE), it stops after the versions with exit code 2.
@@ -13,6 +14,9 @@
 #                                                         without a package index lacks (below)
 #   bash benchmark/gpu_check.sh --cpu-dry-run OUT_DIR     no GPU: the same steps at tiny sizes on CPU (catches typos;
 #                                                         the gpu tests skip, the SPS numbers mean nothing)
+#   STEPS="gpu_tests pqn_128x32_whole" bash ...           only these steps: gpu_tests, envpool (the random-action
+#                                                         rates) and the SPS runs by their names in the JSON (sps_NAME);
+#                                                         default all, for a sitting too short for the whole check
 #
 # Such a folder is built on a machine with a package index, for the image's Python (3.12), by
 # benchmark/gpu_torch_site.sh DIR (tyro, gymnasium, gym 0.26, envpool's Atari and Procgen parts, MuJoCo; PARTS="atari"
@@ -24,6 +28,17 @@ cd "$(dirname "$0")/.."
 
 DRY=0
 if [ "${1:-}" = "--cpu-dry-run" ]; then DRY=1; shift; fi
+SPS_NAMES="atari_default_tf32 atari_default_no_tf32 atari_256x64_tf32 atari_256x64_no_tf32 atari_256x64_async
+  atari_256x64_envpool_async pqn_default pqn_128x32 pqn_128x32_whole pqn_async procgen_default procgen_default_whole
+  mujoco_default"
+STEPS=$(echo ${STEPS:-gpu_tests envpool $SPS_NAMES})
+for step in $STEPS; do
+  [[ " gpu_tests envpool $(echo $SPS_NAMES) " == *" $step "* ]] \
+    || { echo "error: STEPS holds $step; choose among gpu_tests envpool $(echo $SPS_NAMES)" >&2; exit 2; }
+done
+wanted() {  # wanted STEP: STEP is in STEPS
+  [[ " $STEPS " == *" $1 "* ]]
+}
 OUT_DIR=${1:-${OUT:-runs/gpu_check}}
 mkdir -p "$OUT_DIR" || { echo "error: cannot create the output folder $OUT_DIR; pass a writable OUT_DIR" >&2; exit 2; }
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
@@ -62,7 +77,7 @@ time_left() {  # seconds before DEADLINE_S
   echo $(( DEADLINE_S - ($(date +%s) - START) ))
 }
 
-echo "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) dry_run=$DRY out=$OUT_DIR"
+echo "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) dry_run=$DRY out=$OUT_DIR steps: $STEPS"
 
 # ---- the machine and the versions
 echo "== machine"
@@ -105,20 +120,22 @@ fi
 
 # ---- the torch scripts' gpu-marked tests (the ini's addopts are replaced: an image may lack pytest-xdist); the JAX
 # scripts' are benchmark/gpu_jax_check.sh's, which budgets their minutes of tracing
-echo "== pytest -m gpu tests/test_gpu.py -k 'not jax'"
-if python3 -c "import pytest" 2>/dev/null; then
-  timeout 330 python3 -m pytest -p no:cacheprovider -o addopts="" -ra -v --durations=0 -m gpu tests/test_gpu.py \
-    -k "not jax" --junitxml="$OUT_DIR/gpu_tests.xml" 2>&1 | tee "$OUT_DIR/gpu_tests.txt"
-  code=${PIPESTATUS[0]}
-  summary=$(tail -n 1 "$OUT_DIR/gpu_tests.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')
-  record gpu_tests "{\"exit_code\": $code, \"summary\": $summary}"
-else
-  echo "pytest is not installed: add it to SITE (header)"; record gpu_tests '"skipped: no pytest"'
+if wanted gpu_tests; then
+  echo "== pytest -m gpu tests/test_gpu.py -k 'not jax'"
+  if python3 -c "import pytest" 2>/dev/null; then
+    timeout 330 python3 -m pytest -p no:cacheprovider -o addopts="" -ra -v --durations=0 -m gpu tests/test_gpu.py \
+      -k "not jax" --junitxml="$OUT_DIR/gpu_tests.xml" 2>&1 | tee "$OUT_DIR/gpu_tests.txt"
+    code=${PIPESTATUS[0]}
+    summary=$(tail -n 1 "$OUT_DIR/gpu_tests.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')
+    record gpu_tests "{\"exit_code\": $code, \"summary\": $summary}"
+  else
+    echo "pytest is not installed: add it to SITE (header)"; record gpu_tests '"skipped: no pytest"'
+  fi
 fi
 
 # ---- envpool's random-action limit (synchronous steps with the scripts' wrappers), beside the SPS below
-echo "== envpool random-action steps/s, Breakout-v5"
-for n in 8 256; do
+wanted envpool && echo "== envpool random-action steps/s, Breakout-v5"
+for n in $(wanted envpool && echo 8 256); do
   [ "$DRY" = 1 ] && [ "$n" = 256 ] && n=16
   timeout 120 python3 - "$n" "$DRY" <<'EOF' | tee -a "$RESULTS.tmp"
 import json, sys, time
@@ -142,6 +159,7 @@ cat "$RESULTS.tmp" >> "$RESULTS" 2>/dev/null; rm -f "$RESULTS.tmp"
 # of its time/* tags over the later iterations (rollout, env waits, update)
 sps_run() {  # sps_run NAME SCRIPT ITERATIONS FLAGS...: ITERATIONS at the script's batch, the SPS recorded as NAME
   local name=$1 script=$2 iterations=$3; shift 3
+  wanted "$name" || return 0
   if [ "$(time_left)" -lt 30 ]; then
     echo "-- $name: skipped (past DEADLINE_S)"; record "sps_$name" '"skipped: past the deadline"'; return
   fi
@@ -199,8 +217,10 @@ if [ "$DRY" = 1 ]; then  # tiny sizes on CPU: only that every command runs
   sps_run atari_256x64_envpool_async ppo_atari_envpool 2 --num-envs 8 --num-steps 16 --envpool-async
   sps_run pqn_default pqn_atari 2 --num-envs 4 --num-steps 16 --eval-envs 2
   sps_run pqn_128x32 pqn_atari 2 --num-envs 8 --num-steps 16 --eval-envs 2
+  sps_run pqn_128x32_whole pqn_atari 2 --num-envs 8 --num-steps 16 --eval-envs 2 --update-chunk-size 0
   sps_run pqn_async pqn_atari 2 --num-envs 8 --num-steps 16 --eval-envs 2 --async-envs
   sps_run procgen_default ppo_procgen 2 --num-envs 2 --num-steps 32 --num-minibatches 2
+  sps_run procgen_default_whole ppo_procgen 2 --num-envs 2 --num-steps 32 --num-minibatches 2 --update-chunk-size 0
   sps_run mujoco_default ppo_continuous_mujoco 2 --num-steps 128 --num-minibatches 2 --update-epochs 2
 else
   sps_run atari_default_tf32 ppo_atari_envpool 12
@@ -211,8 +231,10 @@ else
   sps_run atari_256x64_envpool_async ppo_atari_envpool 8 --num-envs 256 --num-steps 64 --envpool-async
   sps_run pqn_default pqn_atari 12
   sps_run pqn_128x32 pqn_atari 8 --num-envs 128 --num-steps 32
+  sps_run pqn_128x32_whole pqn_atari 8 --num-envs 128 --num-steps 32 --update-chunk-size 0
   sps_run pqn_async pqn_atari 8 --num-envs 128 --num-steps 32 --async-envs
   sps_run procgen_default ppo_procgen 5
+  sps_run procgen_default_whole ppo_procgen 5 --update-chunk-size 0
   sps_run mujoco_default ppo_continuous_mujoco 5
 fi
 

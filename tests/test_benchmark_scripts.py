@@ -1002,6 +1002,29 @@ def test_gpu_check_stops_after_the_versions_when_the_atari_scripts_do_not_import
     assert not any(k.startswith("sps_") or k == "gpu_tests" for k in result)
 
 
+def test_gpu_check_runs_only_the_steps_named_and_pqn_whole_minibatches(tmp_path):
+    """STEPS=pqn_128x32_whole on CPU (tiny): that one SPS run, with --update-chunk-size 0 in its recorded command
+    line and its loop times, and no gpu tests, envpool rates or other SPS runs."""
+    out_dir = tmp_path / "out"
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_check.sh"), "--cpu-dry-run", str(out_dir)],
+                         capture_output=True, text=True, env=script_env(STEPS="pqn_128x32_whole"), timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    result = json.load(open(out_dir / "gpu_check.json"))
+    run = result["sps_pqn_128x32_whole"]
+    assert isinstance(run, dict), run
+    assert "--update-chunk-size 0" in run["args"] and run["SPS"] > 0 and run["update_seconds_median"] > 0
+    assert [k for k in result if k.startswith("sps_") or k == "gpu_tests" or k.startswith("envpool")] \
+        == ["sps_pqn_128x32_whole"]
+
+
+def test_gpu_check_refuses_an_unknown_step_before_it_writes_anything(tmp_path):
+    out = subprocess.run(["bash", str(REPO / "benchmark" / "gpu_check.sh"), "--cpu-dry-run", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=script_env(STEPS="gpu_tests pqn_whole"), timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: STEPS holds pqn_whole; choose among gpu_tests envpool atari_default_tf32")
+    assert not (tmp_path / "out").exists()
+
+
 def test_gpu_torch_site_refuses_an_unknown_part_before_it_writes_anything(tmp_path):
     """benchmark/gpu_torch_site.sh with a PARTS entry it cannot build: one line naming the choices, exit 2, and no
     folder made (pip never ran)."""
