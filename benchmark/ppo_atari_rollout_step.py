@@ -22,7 +22,7 @@ then, on the frames of the last step, each piece alone (median of --steps calls,
   newest_frame_pinned     the same through a pinned buffer
   flags_to_device         observe's other copies: rewards, done and terminated flags (three small pageable copies)
   episode_stats           the script's EpisodeStats.update on the step's info (host only)
-Printed and written to --out (JSON), with the machine. What a row says: its milliseconds per step times
+Printed and written to --out (JSON, rewritten after each piece), with the machine. What a row says: its milliseconds per step times
 --num-steps (64 at 256 envs) is what it adds to one iteration's rollout; the envs' own time per step is the
 as_script row's env_step. On CPU the copies are no-ops and the numbers mean little (--cpu-dry-run: 8 envs, 20 steps,
 the compiled variants left out).
@@ -75,8 +75,8 @@ def time_script_loop(m, envs, agent, storage, state, stats, steps: int, warmup: 
     return {name: 1e3 * total / steps for name, total in parts.items()}, result, state
 
 
-def time_pieces(m, agent, result, state, stats, steps: int, device, compiled: bool) -> dict:
-    """Each piece of the step alone, on the last step's frames and info: median ms."""
+def time_pieces(m, agent, result, state, stats, steps: int, device, compiled: bool):
+    """Each piece of the step alone, on the last step's frames and info: (name, median ms), one by one."""
     import numpy as np
     import torch
     cuda = device.type == "cuda"
@@ -117,14 +117,12 @@ def time_pieces(m, agent, result, state, stats, steps: int, device, compiled: bo
             torch.compiler.cudagraph_mark_step_begin()
             return graphed(frames)
         pieces["forward_cudagraphs"] = forward_cudagraphs
-    out = {}
     with torch.no_grad():
         for name, call in pieces.items():
             try:
-                out[name] = median_ms(call, steps, sync)
+                yield name, median_ms(call, steps, sync)
             except Exception as e:  # noqa: BLE001  (one GPU call for every row: a failure is recorded, the next runs)
-                out[name] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-    return out
+                yield name, f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
 
 
 def main():
@@ -172,14 +170,21 @@ def main():
     print(f"   as the script runs it, ms per step: act {loop['act']:.3f}, env step {loop['env_step']:.3f}, observe "
           f"{loop['observe']:.3f}; its own work {own:.3f} ms = {own * opts.num_steps / 1e3:.3f} s per rollout of "
           f"{opts.num_steps} steps, {result['own_share_of_rollout']:.1%} of the rollout", flush=True)
-    result["pieces_ms"] = time_pieces(m, agent, last, state, stats, steps, device,
-                                      compiled=device.type == "cuda" or not opts.cpu_dry_run)
-    for name, ms in result["pieces_ms"].items():
+    result["pieces_ms"] = {}
+    save(result, opts.out)
+    for name, ms in time_pieces(m, agent, last, state, stats, steps, device,
+                                compiled=device.type == "cuda" or not opts.cpu_dry_run):
+        result["pieces_ms"][name] = ms
         print(f"   {name:<22} " + (f"{ms:8.3f} ms" if isinstance(ms, float) else ms), flush=True)
+        save(result, opts.out)  # after each piece: a run cut short by its time limit keeps what it measured
     envs.close()
     result["wall_seconds"] = round(time.time() - started, 1)
-    if opts.out:
-        with open(opts.out, "w") as f:
+    save(result, opts.out)
+
+
+def save(result: dict, path: str) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
 
 
