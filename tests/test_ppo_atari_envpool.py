@@ -521,6 +521,26 @@ def test_rollout_stores_the_policys_own_logprobs_and_values(bf16):
     assert storage.obs[1:].float().std() > 0  # the frames moved: the check ran on a real trajectory
 
 
+def test_envpool_frame_stacks_shift_by_one_frame_but_at_a_games_first_step():
+    """What a copy of the newest frame only would rest on (docs/gpu.md#the-rollout-step): with the script's envpool
+    settings (episodic life: a lost life does not restart the stack), each env's 4 frames are its previous 4 shifted
+    by one, but at the first step of a new game (info's elapsed_step == 0), whose 4 frames all repeat its first."""
+    envs = m.make_envs("Breakout-v5", 8, seed=3)
+    obs, _ = envs.reset()
+    rng = np.random.default_rng(0)
+    first_steps = lives_lost = 0
+    for _ in range(600):
+        new, _, term, _, info = envs.step(rng.integers(0, envs.action_space.n, 8))
+        first = info["elapsed_step"] == 0
+        shifted = np.all(new[:, :3] == obs[:, 1:], axis=(1, 2, 3))
+        assert np.array_equal(shifted, ~first)
+        assert np.all(new[first] == new[first][:, 3:4])
+        first_steps += first.sum()
+        lives_lost += np.sum(term & (info["lives"] > 0))
+        obs = new
+    assert first_steps >= 5 and lives_lost >= 5  # both kinds of episode end were seen
+
+
 def test_bf16_rollout_runs_the_heads_in_fp32():
     """--bf16: the trunk in bf16, the actor and critic heads in fp32. The stored values and log-probs are an fp32
     evaluation of the heads on the bf16 trunk's features (bf16 heads round a value of ~1 by up to 4e-3)."""
