@@ -16,7 +16,7 @@
 #                                                         the gpu tests skip, the SPS numbers mean nothing)
 #   STEPS="gpu_tests pqn_128x32_whole" bash ...           only these steps: gpu_tests, envpool (the random-action
 #                                                         rates) and the SPS runs by their names in the JSON (sps_NAME);
-#                                                         default all, for a sitting too short for the whole check
+#                                                         default all; a subset where the GPU is lent for minutes
 #
 # Such a folder is built on a machine with a package index, for the image's Python (3.12), by
 # benchmark/gpu_torch_site.sh DIR (tyro, gymnasium, gym 0.26, envpool's Atari and Procgen parts, MuJoCo; PARTS="atari"
@@ -134,10 +134,11 @@ if wanted gpu_tests; then
 fi
 
 # ---- envpool's random-action limit (synchronous steps with the scripts' wrappers), beside the SPS below
-wanted envpool && echo "== envpool random-action steps/s, Breakout-v5"
-for n in $(wanted envpool && echo 8 256); do
-  [ "$DRY" = 1 ] && [ "$n" = 256 ] && n=16
-  timeout 120 python3 - "$n" "$DRY" <<'EOF' | tee -a "$RESULTS.tmp"
+if wanted envpool; then
+  echo "== envpool random-action steps/s, Breakout-v5"
+  for n in 8 256; do
+    [ "$DRY" = 1 ] && [ "$n" = 256 ] && n=16
+    timeout 120 python3 - "$n" "$DRY" <<'EOF' | tee -a "$RESULTS.tmp"
 import json, sys, time
 import numpy as np
 from cleanrl_scaling.ppo_atari_envpool import make_envs
@@ -152,8 +153,9 @@ for i in range(steps + 20):
     envs.step(rng.integers(0, envs.action_space.n, n))
 print(json.dumps({f"envpool_random_sps_{n}": round(steps * n / (time.perf_counter() - start))}))
 EOF
-done
-cat "$RESULTS.tmp" >> "$RESULTS" 2>/dev/null; rm -f "$RESULTS.tmp"
+  done
+  cat "$RESULTS.tmp" >> "$RESULTS" 2>/dev/null; rm -f "$RESULTS.tmp"
+fi
 
 # ---- SPS of each torch script: summary.json's SPS excludes the first iteration (compile, warm-up); also the medians
 # of its time/* tags over the later iterations (rollout, env waits, update)

@@ -1061,12 +1061,17 @@ class Clock:
         return sps, steps_taken / max(elapsed, 1e-9)
 
 
+def uses_cuda(cuda: bool) -> bool:
+    """Whether a run with this --cuda runs on a GPU: the one rule for its device and its device-dependent defaults."""
+    return cuda and torch.cuda.is_available()
+
+
 def init_distributed(args) -> tuple:
     """(world_size, rank, device). Data parallelism: each rank runs num_envs / world envs and averages gradients
     (docs/ppo_atari_envpool.md#implementation-details); a single process is world 1, rank 0."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    device = torch.device("cuda" if uses_cuda(args.cuda) else "cpu")
     if world_size > 1:
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
