@@ -16,7 +16,8 @@
 #   SCALE=paper (default): NUM_ENVS_LIST "64 256 1024 4096", TOTAL 20M.
 #   SCALE=laptop: NUM_ENVS_LIST "64 1024", TOTAL 2.1M (at 1024 envs a 1000-step episode, with its reset step,
 #   ends every 1.025M steps: the second one by 2.05M; each script's header gives its run count and CPU time). The
-#   middle N = 256 is left out so that one task's Fig. 8 + 9 grid fits a 2-core sitting (~4.4 CPU-h for Ant).
+#   middle N = 256 is left out so that one task's Fig. 8 + 9 grid fits about 2.2 hours of a 2-core machine
+#   (~4.4 CPU-h for Ant).
 set -euo pipefail
 SCALE=${SCALE:-paper}
 case "$SCALE" in

@@ -21,8 +21,8 @@ Time: on one H200 (2026-11-29) a run had not reached its first update after 120 
 minutes tracing and compiling Kinetix's programs first (53 s to build its envs with every program already in JAX's
 compilation cache, 114 s without, then over a minute for the evaluation levels, which these timed runs do not build
 (--eval-every 0 --no-final-eval), then the scoring, rollout and update programs). So a run gets --run-limit-s
-480 s by default, one K fits one 10-minute sitting, and --extend carries the runs of one sitting into the next (each
-run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by the runs of one sitting.
+480 s by default, one K fits one 10-minute GPU call, and --extend carries the runs of one call into the next (each
+run keeps its own date); JAX_COMPILATION_CACHE_DIR, when set, is shared by the runs of one call.
 
 THE RULE (committed before any GPU run; docs/reproducing/beukman2026_fig16a_gpu.md):
   * r = steady SPS(1,024 minibatches) / steady SPS(8,192 minibatches).
@@ -39,7 +39,7 @@ THE RULE (committed before any GPU run; docs/reproducing/beukman2026_fig16a_gpu.
   python benchmark/beukman2026_fig16a_gpu.py --out OUT_DIR      the measurement (<= --deadline-s 560 s) into
                                                                 OUT_DIR/fig16a.json
   python benchmark/beukman2026_fig16a_gpu.py --minibatches 8192 --extend EARLIER.json --out OUT_DIR
-                                                                a later sitting: EARLIER's runs kept, these added
+                                                                a later call: EARLIER's runs kept, these added
   python benchmark/beukman2026_fig16a_gpu.py --cpu-dry-run --out OUT_DIR    tiny sizes on CPU (K 2, 4): catches typos
   python benchmark/beukman2026_fig16a_gpu.py --rule OUT_DIR/fig16a.json [--png FIG.png]   the rule (and the figure)
 """
@@ -298,10 +298,10 @@ def checked_args(flags: list):
 
 
 def earlier_runs(path: str, setting: str, dry_run: bool) -> dict:
-    """The runs of an earlier sitting's fig16a.json, which must be at this setting (and dry or not alike), each with
+    """The runs of an earlier call's fig16a.json, which must be at this setting (and dry or not alike), each with
     its own date and machine."""
     if not os.path.isfile(path):
-        refuse(f"--extend {path}: no such file; pass the fig16a.json of an earlier sitting")
+        refuse(f"--extend {path}: no such file; pass the fig16a.json of an earlier call")
     earlier = json.load(open(path))
     if (earlier.get("setting"), earlier.get("dry_run")) != (setting, dry_run):
         refuse(f"--extend {path}: measured at another setting ({earlier.get('setting')!r}, dry run "
@@ -329,7 +329,7 @@ def main():
     parser.add_argument("--updates", type=int, default=6, help="per run, in chunks of 2; the first chunk is not timed")
     parser.add_argument("--deadline-s", type=float, default=560.0)
     parser.add_argument("--run-limit-s", type=float, default=480.0, help="one run's limit (SIGTERM, then its summary)")
-    parser.add_argument("--extend", metavar="JSON", help="a fig16a.json of an earlier sitting at the same setting: "
+    parser.add_argument("--extend", metavar="JSON", help="a fig16a.json of an earlier call at the same setting: "
                         "its runs are kept, and the minibatch counts it has an SPS for are not run again")
     parser.add_argument("--cpu-dry-run", action="store_true",
                         help="the tests' tiny SFL flags on CPU at XLA -O0, the limits x 8")

@@ -14,11 +14,11 @@
 # Every number goes to OUT_DIR/gpu_jax_check.json; logs beside it. Steps past DEADLINE_S seconds (default 530, so
 # the whole stays under 9 minutes) are skipped and marked so; each step has its own time limit. The SFL steps'
 # limits are minutes: on one H200 (2026-11-29) sfl_kinetix_jax.py at 8,192 envs was still tracing and compiling,
-# before its first update, when stopped at 2 minutes; on a 10-minute sitting give each SFL step one of its own
-# (STEPS=...). JAX starts without preallocating (XLA_PYTHON_CLIENT_PREALLOCATE=false), so the peak is the run's own,
-# not 75% of the GPU (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs never evaluate
-# (--eval-every 0 --no-final-eval): their seconds and peak are training's alone, and the SFL runs never generate
-# evaluation levels (over a minute of tracing and compiling at 8,192 envs).
+# before its first update, when stopped at 2 minutes; give each SFL step a GPU call of its own (STEPS=...) where a
+# call may take 10 minutes. JAX starts without preallocating (XLA_PYTHON_CLIENT_PREALLOCATE=false), so the peak is
+# the run's own, not 75% of the GPU (https://docs.jax.dev/en/latest/gpu_memory_allocation.html). The short runs
+# never evaluate (--eval-every 0 --no-final-eval): their seconds and peak are training's alone, and the SFL runs
+# never generate evaluation levels (over a minute of tracing and compiling at 8,192 envs).
 #
 #   bash benchmark/gpu_jax_check.sh [OUT_DIR]               OUT_DIR defaults to $OUT, else runs/gpu_jax_check
 #   SITE=DIR bash benchmark/gpu_jax_check.sh OUT_DIR        DIR, put first on PYTHONPATH: the packages an image

@@ -27,7 +27,7 @@ run's output (its phases, timed) goes to the --out file's name plus .runs.log, a
 ends, so a run stopped by a time limit shows what took its time.
 On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a minute, and the first warm-up run of ours
 (a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
-10-minute sitting, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
+10-minute GPU call, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
 envs', not the kernels'). --ours-flags are added to all of ours' runs and recorded in the JSON. --cpu-dry-run runs
 every step at tiny sizes (it catches mistakes; its numbers mean nothing).
 """
@@ -256,7 +256,7 @@ def machine() -> dict:
 
 def check_our_flags(flags: list) -> None:
     """--ours-flags through the script's own flag checks before anything runs: a typo is one line and exit 2 here,
-    not a failed run minutes into a GPU sitting. The sizes the benchmark sets itself are refused."""
+    not a failed run minutes into a GPU call. The sizes the benchmark sets itself are refused."""
     taken = {"--num-envs", "--num-steps", "--total-timesteps", "--diagnostics-every", "--async-envs", "--env-threads",
              "--envpool-async", "--runs-dir"}
     clash = [f for f in flags if f.split("=")[0] in taken]

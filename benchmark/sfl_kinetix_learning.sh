@@ -15,7 +15,7 @@
 # Environment: RUNS_DIR (runs/sfl_learning), OUT_DIR (runs/figures), WORKERS (1), SEEDS ("1 2"), TOTAL (1572864
 # steps = 384 updates), EVAL_EVERY (64 updates; an evaluation is 100 x 5 attempts of up to 256 steps, so raise it for
 # long runs), PYTHON (python), DRY_RUN=1 (print the commands, draw nothing), RESUME=1 (a run stopped before finishing,
-# e.g. at the end of a sitting, continues from its checkpoint, written every 16 updates and on SIGINT/SIGTERM).
+# e.g. by the machine's time limit, continues from its checkpoint, written every 16 updates and on SIGINT/SIGTERM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-runs/sfl_learning}

@@ -388,7 +388,7 @@ def test_sfl_learning_check_runs_both_arms_and_tabulates_them(tmp_path):
         assert args.total_timesteps // scaling["batch_size"] == 384 and scaling["num_minibatches"] == 8
     bad = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", TOTAL="100")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "TOTAL=100" in bad.stderr
-    # a long run over several sittings: rarer evaluations, stopped runs continue from their checkpoints
+    # a long run over several stops and resumes: rarer evaluations, stopped runs continue from their checkpoints
     long = dry_run("sfl_kinetix_learning", RUNS_DIR=tmp_path / "dry", TOTAL="20971520", EVAL_EVERY="512", RESUME="1")
     assert long.returncode == 0, long.stderr
     runs = [parse_flags(c) for c in commands(long.stdout)]

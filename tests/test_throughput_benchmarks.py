@@ -473,8 +473,8 @@ def test_fig16a_steady_rate_from_the_scripts_cumulative_sps_rows():
     assert fig16a.steady_rate(chunks[:1], 2000) == (None, [])  # no whole period
 
 
-def test_fig16a_extend_keeps_an_earlier_sittings_runs_and_refuses_another_setting(tmp_path):
-    """--extend: the runs of an earlier sitting's JSON at the same setting are kept with their own dates (a K with an
+def test_fig16a_extend_keeps_an_earlier_calls_runs_and_refuses_another_setting(tmp_path):
+    """--extend: the runs of an earlier call's JSON at the same setting are kept with their own dates (a K with an
     SPS is not run again, so here nothing runs) and judged together; a JSON at another setting is refused in one
     line, before anything runs."""
     import subprocess
