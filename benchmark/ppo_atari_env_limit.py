@@ -4,6 +4,8 @@
 
     python benchmark/ppo_atari_env_limit.py [--num-envs 8,256] [--seconds 8] [--iterations 8] [--repeats 1]
                                             [--cleanrl PATH] [--ours-flags="--no-compile"] [--out FILE] [--cpu-dry-run]
+                                            [--rates sync,async,halves,layouts]
+                                            [--programs sync,async-envs,async-envs-half-threads,envpool-async]
 
 For each N of --num-envs, with nothing else running:
   * envpool alone, Breakout-v5 with the script's wrappers (episodic life, clipped rewards), uniformly random actions,
@@ -29,7 +31,10 @@ On one H200 with 16 cores (2026-11-29) envpool's rates at one N took under a min
 (a cold torch.compile on CUDA) did not end within 150 s at 256 envs nor 90 s at 8: give the default sizes a whole
 10-minute GPU call, or pass --ours-flags=--no-compile (ours eager: no compile to wait for; the loop's pace is the
 envs', not the kernels'). --ours-flags are added to all of ours' runs and recorded in the JSON. --cpu-dry-run runs
-every step at tiny sizes (it catches mistakes; its numbers mean nothing).
+every step at tiny sizes (it catches mistakes; its numbers mean nothing). --rates and --programs keep only the
+envpool rates and ours' runs named (the sync rate, every fraction's denominator, always runs), so that a GPU call
+lent for minutes spends them on the rows still open (on one H200, 2026-11-30, each of ours' runs at 256 envs, eager,
+took 40-45 s: a warm-up of 2 iterations and 4 timed).
 """
 import argparse
 import contextlib
@@ -176,16 +181,35 @@ def ours(flags: list, iterations: int, batch: int, log: str = None, times: list 
     return marginal_sps(points)
 
 
+RATES = ("sync", "async", "halves", "layouts")  # --rates: envpool alone; layouts = thread_layouts' rows
+PROGRAMS = {"sync": [], "async-envs": ["--async-envs"], "async-envs-half-threads": None,  # None: set by the cores
+            "envpool-async": ["--envpool-async"]}  # --programs: ours' runs, by their flags
+
+
+def envpool_rates(num_envs: int, opts) -> dict:
+    """The envpool-alone rates that --rates names, the sync rate always."""
+    rates = {"sync": sync_rate(num_envs, opts.seconds)}
+    if "async" in opts.rates:
+        rates["async"] = async_rate(num_envs, opts.seconds)
+    if "halves" in opts.rates:
+        rates["halves"] = halves_rate(num_envs, opts.seconds)
+    if "layouts" in opts.rates:
+        rates.update(thread_layouts(num_envs, opts.seconds))
+    return rates
+
+
 def programs(num_envs: int, num_steps: int, opts) -> dict:
-    """name -> f(iterations) giving its marginal SPS at num_envs x num_steps."""
+    """name -> f(iterations) giving its marginal SPS at num_envs x num_steps, for ours' runs that --programs names
+    and CleanRL's (given --cleanrl)."""
     batch, size = num_envs * num_steps, ["--num-envs", str(num_envs), "--num-steps", str(num_steps)]
     dry = (["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []) + shlex.split(opts.ours_flags)
     log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
     halves = ["--async-envs", "--env-threads", str(half_the_cores())]  # each half on its share of the cores
-    found = {"ours": lambda k, times=None: ours(size + dry, k, batch, log, times),
-             "ours --async-envs": lambda k, times=None: ours(size + dry + ["--async-envs"], k, batch, log, times),
-             "ours " + " ".join(halves): lambda k, times=None: ours(size + dry + halves, k, batch, log, times),
-             "ours --envpool-async": lambda k, times=None: ours(size + dry + ["--envpool-async"], k, batch, log, times)}
+    found = {}
+    for key in (k for k in PROGRAMS if k in opts.programs):
+        flags = halves if PROGRAMS[key] is None else PROGRAMS[key]
+        found[" ".join(["ours"] + flags)] = lambda k, times=None, flags=flags: ours(size + dry + flags, k, batch, log,
+                                                                                    times)
     if opts.cleanrl:  # CUDA where torch sees it
         found["CleanRL"] = lambda k, times=None: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size,
                                                                    rss=False, log=log)[0]
@@ -208,9 +232,7 @@ def measure(num_envs: int, opts, save=lambda row: None) -> dict:
     (a call cut short by its time limit keeps them, marked "partial")."""
     num_steps = (16 if opts.cpu_dry_run else 128) if num_envs <= 16 else (16 if opts.cpu_dry_run else 64)
     print(f"== {num_envs} envs ({ENV_ID}, random actions, {opts.seconds:g} s each)", flush=True)
-    limits = {"sync": sync_rate(num_envs, opts.seconds), "async": async_rate(num_envs, opts.seconds),
-              "halves": halves_rate(num_envs, opts.seconds)}
-    limits.update(thread_layouts(num_envs, opts.seconds))
+    limits = envpool_rates(num_envs, opts)
     for name, rate in limits.items():
         print(f"   envpool {name:<19} {rate:>10,.0f} steps/s  ({rate / limits['sync']:.2f} of sync)", flush=True)
     row = {"num_envs": num_envs, "num_steps": num_steps, "envpool_steps_per_s": limits, "partial": True}
@@ -279,6 +301,15 @@ def check_our_flags(flags: list) -> None:
         sys.argv = saved
 
 
+def names_in(flag: str, value: str, known) -> list:
+    """A comma-separated selection of known names, or one line and exit 2."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        refuse(f"{flag} {value}: pass comma-separated names of {','.join(known)}")
+    return names
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", default="8,256", help="comma-separated env counts (each even)")
@@ -290,7 +321,12 @@ def main():
                         help="more flags for all of ours' runs, e.g. --ours-flags=--no-compile")
     parser.add_argument("--out", help="write the numbers to this JSON file")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on CPU: every step runs, numbers mean nothing")
+    parser.add_argument("--rates", default=",".join(RATES),
+                        help=f"envpool-alone rates to measure, of {','.join(RATES)} (sync always runs)")
+    parser.add_argument("--programs", default=",".join(PROGRAMS),
+                        help=f"ours' runs to time, of {','.join(PROGRAMS)} (CleanRL's runs given --cleanrl)")
     opts = parser.parse_args()
+    opts.rates, opts.programs = names_in("--rates", opts.rates, RATES), names_in("--programs", opts.programs, PROGRAMS)
     if opts.cpu_dry_run:
         opts.seconds, opts.iterations = min(opts.seconds, 0.5), min(opts.iterations, 3)
     counts = int_list("--num-envs", opts.num_envs, "8,256")

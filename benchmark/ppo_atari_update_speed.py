@@ -17,14 +17,16 @@ so that a compile that fell back to eager shows. Variants, in this order (one th
 compiled one past --deadline-s minus 90 s, is skipped and marked so; one that fails is recorded and the next runs):
     eager_chunked      --no-compile, minibatches backpropagated in chunks of 512 (--update-chunk-size 512)
     eager_whole        --no-compile, whole minibatches (--update-chunk-size 0)
+    eager_whole_no_tf32   the same with --no-tf32: full fp32 matrix multiplications and convolutions (TF32's gain)
     eager_whole_bf16, eager_chunked_bf16   the same under --bf16
     compiled_chunked   torch.compile (the default), chunks of 512: the script's default update on CPU
     compiled_whole     torch.compile, whole minibatches: the script's default update on a GPU
+    compiled_whole_no_tf32   the same with --no-tf32
     cudagraphs_whole   torch.compile(mode="reduce-overhead") of the loss, whole minibatches: CUDA graphs replay the
                        forward and backward kernels in one launch each (LeanRL's lever); the scripts do not offer it,
                        this row says whether they should
     compiled_whole_bf16, compiled_chunked_bf16   compiled under --bf16
-On CUDA fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at this N on this
+On CUDA the other fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at this N on this
 machine, e.g. benchmark/ppo_atari_env_limit.py's "sync" row) it also prints the fraction of that limit a synchronous
 loop would reach with each update, rollout / (rollout + update) with the rollout at the limit: 0.95 needs the update
 within 5.3% of the rollout. A cold torch.compile on CUDA took minutes on one H200 (docs/gpu.md): give the compiled
@@ -44,12 +46,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 from _throughput_common import refuse  # noqa: E402
 
-VARIANTS = {  # name: (compile, update chunk size, bf16); the eager ones first: a cold compile may take minutes
-    "eager_chunked": (False, 512, False), "eager_whole": (False, 0, False),
-    "eager_whole_bf16": (False, 0, True), "eager_chunked_bf16": (False, 512, True),
-    "compiled_chunked": (True, 512, False), "compiled_whole": (True, 0, False),
-    "cudagraphs_whole": ("reduce-overhead", 0, False),
-    "compiled_whole_bf16": (True, 0, True), "compiled_chunked_bf16": (True, 512, True),
+VARIANTS = {  # name: (compile, update chunk size, bf16, tf32); the eager ones first: a cold compile may take minutes
+    "eager_chunked": (False, 512, False, True), "eager_whole": (False, 0, False, True),
+    "eager_whole_no_tf32": (False, 0, False, False),
+    "eager_whole_bf16": (False, 0, True, True), "eager_chunked_bf16": (False, 512, True, True),
+    "compiled_chunked": (True, 512, False, True), "compiled_whole": (True, 0, False, True),
+    "compiled_whole_no_tf32": (True, 0, False, False),
+    "cudagraphs_whole": ("reduce-overhead", 0, False, True),
+    "compiled_whole_bf16": (True, 0, True, True), "compiled_chunked_bf16": (True, 512, True, True),
 }
 COMPILE_ALLOWANCE_S = 90  # a compiled variant starts only this long before --deadline-s (a cold CUDA compile)
 
@@ -86,14 +90,14 @@ def time_variant(m, name: str, num_envs: int, num_steps: int, iterations: int, b
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
-    compiled, chunk, bf16 = VARIANTS[name]
+    compiled, chunk, bf16, tf32 = VARIANTS[name]
     torch._dynamo.reset()  # no shapes marked dynamic, no graphs kept, by an earlier variant
     counters.clear()
     args = m.Args(num_envs=num_envs, num_steps=num_steps, compile=bool(compiled), update_chunk_size=chunk, bf16=bf16,
-                  diagnostics_every=0)
+                  tf32=tf32, diagnostics_every=0)
     scaling = m.resolve_scaling(args)
     args.batch_size, args.num_minibatches = scaling["batch_size"], scaling["num_minibatches"]
-    m.set_tf32(device, True)
+    m.set_tf32(device, args.tf32)
     torch.backends.cudnn.deterministic = args.torch_deterministic  # the script's cuDNN algorithms
     agent, optimizer = m.build_agent(args, 4, device)  # Breakout's 4 actions
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)

@@ -915,6 +915,8 @@ ENV_LIMIT = REPO / "benchmark" / "ppo_atari_env_limit.py"
     (["--ours-flags=--num-steps=32 --no-compile"], "--ours-flags --num-steps=32: the benchmark sets these itself"),
     (["--ours-flags=--env-threads 2"], "--ours-flags --env-threads: the benchmark sets these itself"),
     (["--ours-flags=--envpool-async"], "--ours-flags --envpool-async: the benchmark sets these itself"),
+    (["--rates", "sync,pinned"], "--rates sync,pinned: pass comma-separated names of sync,async,halves,layouts"),
+    (["--programs", "envpool_async"], "--programs envpool_async: pass comma-separated names of sync,async-envs,"),
 ])
 def test_env_limit_benchmark_refuses_bad_options_in_one_line(flags, words):
     out = subprocess.run(["python3", str(ENV_LIMIT)] + flags, capture_output=True, text=True, cwd=REPO)

@@ -573,7 +573,8 @@ def test_update_speed_dry_run_times_every_eager_variant_and_the_fraction_of_the_
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.load(open(out))
-    assert list(result["variants"]) == ["eager_chunked", "eager_whole", "eager_whole_bf16", "eager_chunked_bf16"]
+    assert list(result["variants"]) == ["eager_chunked", "eager_whole", "eager_whole_no_tf32", "eager_whole_bf16",
+                                        "eager_chunked_bf16"]
     rollout = 8 * 16 / 4000
     for name, row in result["variants"].items():
         assert len(row["seconds"]) == 2 and row["seconds_median"] == statistics.median(row["seconds"]) > 0
@@ -641,11 +642,39 @@ def test_env_limit_saves_each_n_as_it_goes(monkeypatch):
         return 1.0
     monkeypatch.setattr(bench, "programs", lambda *a: {"ours": lambda k, times=None: 500.0, "ours --async-envs": dies})
     saved = []
-    opts = argparse.Namespace(cpu_dry_run=True, seconds=1.0, repeats=1, iterations=3)
+    opts = argparse.Namespace(cpu_dry_run=True, seconds=1.0, repeats=1, iterations=3, rates=list(bench.RATES))
     with pytest.raises(TimeoutError):
         bench.measure(8, opts, lambda row: saved.append(json.loads(json.dumps(row))))
     assert saved[0]["partial"] and saved[0]["envpool_steps_per_s"]["halves_half_threads"] == 1100.0
     assert "sps_runs" not in saved[0] and saved[-1]["sps_runs"] == {"ours": [500.0], "ours --async-envs": []}
+
+
+def test_env_limit_runs_only_the_rates_and_programs_named(monkeypatch):
+    """--rates and --programs: the sync rate always (every fraction's denominator), the other rates and ours' runs
+    only where named, each run with its own flags; CleanRL's where --cleanrl is given."""
+    bench = load("ppo_atari_env_limit")
+    called = []
+    for rate in ("sync_rate", "async_rate", "halves_rate"):
+        monkeypatch.setattr(bench, rate, lambda *a, rate=rate, **k: called.append(rate) or 1000.0)
+    monkeypatch.setattr(bench, "thread_layouts", lambda *a: called.append("layouts") or {"halves_half_threads": 1.0})
+    opts = argparse.Namespace(seconds=1.0, rates=["async"])
+    assert set(bench.envpool_rates(8, opts)) == {"sync", "async"} and called == ["sync_rate", "async_rate"]
+    opts.rates = list(bench.RATES)
+    assert set(bench.envpool_rates(8, opts)) == {"sync", "async", "halves", "halves_half_threads"}
+
+    runs = []
+    monkeypatch.setattr(bench, "ours", lambda flags, k, batch, log, times: runs.append((flags, k, batch)) or 1.0)
+    monkeypatch.setattr(bench, "run_cleanrl_atari", lambda *a, **k: (2.0, None))
+    opts = argparse.Namespace(programs=["envpool-async", "sync"], cpu_dry_run=False, ours_flags="--no-compile",
+                              out=None, cleanrl="/some/checkout")
+    found = bench.programs(256, 64, opts)
+    assert list(found) == ["ours", "ours --envpool-async", "CleanRL"]  # the benchmark's order, not the flag's
+    assert [found[name](3) for name in found] == [1.0, 1.0, 2.0]
+    size = ["--num-envs", "256", "--num-steps", "64", "--no-compile"]
+    assert runs == [(size, 3, 256 * 64), (size + ["--envpool-async"], 3, 256 * 64)]
+    opts.programs, opts.cleanrl = ["async-envs-half-threads"], None
+    (name,) = bench.programs(256, 64, opts)
+    assert name == f"ours --async-envs --env-threads {bench.half_the_cores()}"
 
 
 def test_fig13_makes_the_tasks_once_per_seed_and_count():
