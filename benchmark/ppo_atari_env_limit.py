@@ -205,11 +205,10 @@ def programs(num_envs: int, num_steps: int, opts) -> dict:
     dry = (["--no-cuda", "--no-compile"] if opts.cpu_dry_run else []) + shlex.split(opts.ours_flags)
     log = opts.out and opts.out + ".runs.log"  # every run's output, with its phases' times
     halves = ["--async-envs", "--env-threads", str(half_the_cores())]  # each half on its share of the cores
-    found = {}
-    for key in (k for k in PROGRAMS if k in opts.programs):
-        flags = halves if PROGRAMS[key] is None else PROGRAMS[key]
-        found[" ".join(["ours"] + flags)] = lambda k, times=None, flags=flags: ours(size + dry + flags, k, batch, log,
-                                                                                    times)
+    def run_ours(flags):
+        return lambda k, times=None: ours(size + dry + flags, k, batch, log, times)
+    chosen = [halves if PROGRAMS[key] is None else PROGRAMS[key] for key in PROGRAMS if key in opts.programs]
+    found = {" ".join(["ours"] + flags): run_ours(flags) for flags in chosen}
     if opts.cleanrl:  # CUDA where torch sees it
         found["CleanRL"] = lambda k, times=None: run_cleanrl_atari(opts.cleanrl, CLEANRL_SCRIPT, k, batch, size,
                                                                    rss=False, log=log)[0]
