@@ -26,12 +26,12 @@ compiled one past --deadline-s minus 90 s, is skipped and marked so; one that fa
                        forward and backward kernels in one launch each (LeanRL's lever); the scripts do not offer it,
                        this row says whether they should
     compiled_whole_bf16, compiled_chunked_bf16   compiled under --bf16
-On CUDA the other fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at this
-N on this machine, e.g. benchmark/ppo_atari_env_limit.py's "sync" row) it also prints the fraction of that limit a synchronous
-loop would reach with each update, rollout / (rollout + update) with the rollout at the limit: 0.95 needs the update
-within 5.3% of the rollout. A cold torch.compile on CUDA took minutes on one H200 (docs/gpu.md): give the compiled
-variants a warm TORCHINDUCTOR_CACHE_DIR, or the time. --cpu-dry-run: tiny sizes on CPU, eager variants only unless
---variants names others (its numbers mean nothing).
+On CUDA the other fp32 variants use TF32 (the scripts' default). With --env-rate R (envpool's synchronous rate at
+this N on this machine, e.g. benchmark/ppo_atari_env_limit.py's "sync" row) it also prints the fraction of that
+limit a synchronous loop would reach with each update, rollout / (rollout + update) with the rollout at the limit:
+0.95 needs the update within 5.3% of the rollout. A cold torch.compile on CUDA took minutes on one H200
+(docs/gpu.md): give the compiled variants a warm TORCHINDUCTOR_CACHE_DIR, or the time. --cpu-dry-run: tiny sizes on
+CPU, eager variants only unless --variants names others (its numbers mean nothing).
 """
 import argparse
 import json
