@@ -35,6 +35,12 @@ def check_repeats(repeats: int):
         refuse(f"--repeats must be >= 1 (got {repeats})")
 
 
+def check_out_folder(out: str):
+    """--out FILE: its folder must exist and be writable, checked before the minutes of measuring."""
+    if out and not os.access(os.path.dirname(os.path.abspath(out)), os.W_OK):
+        refuse(f"--out {out}: its folder is not writable")
+
+
 def int_list(flag: str, text: str, example: str) -> list:
     """A comma-separated list of integers (empty entries skipped), or a refusal naming the flag."""
     try:
@@ -187,6 +193,21 @@ def run_cleanrl_atari(checkout: str, script: str, iterations: int, batch: int = 
 # ---------------------------------------------------------------------------------------------------------
 # Atari component timings (the component bound of ppo_atari_throughput.py and pqn_atari_throughput.py)
 # ---------------------------------------------------------------------------------------------------------
+def failure_row(e: Exception) -> str:
+    """A row that raised, in one line: one GPU call measures every row, so a failure is recorded and the next runs."""
+    lines = str(e).strip().splitlines()
+    return f"failed: {type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def torch_machine(device) -> dict:
+    """Where a torch benchmark ran: date, Python, torch, cores, the device and its GPU's name."""
+    import platform
+    import torch
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
+            "torch": torch.__version__, "cpu_cores": os.cpu_count(), "device": str(device),
+            "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None}
+
+
 def cpu_autocast(bf16: bool):
     import torch
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)

@@ -12,8 +12,8 @@
 # wandb.init starts, so --track does not run from this folder; TensorFlow Probability's numpy and TensorFlow code;
 # bundled environments, tests, type stubs), the symbol tables of compiled modules, and the dist-info files other than
 # what importlib.metadata reads. 34 MiB, whole by itself: it also holds what the torch scripts' folder
-# (gpu_check.sh's header says how to build it) has, tyro and gymnasium among them, since the two folders and a checkout do not travel together
-# under a 64 MiB limit, and a JAX run given this folder alone must not stop at its first import.
+# (benchmark/gpu_torch_site.sh builds it) has, tyro and gymnasium among them, since the two folders and a checkout do
+# not travel together under a 64 MiB limit, and a JAX run given this folder alone must not stop at its first import.
 set -euo pipefail
 out=${1:?usage: bash benchmark/gpu_site.sh DIR}
 PYTHON=${PYTHON:-python3}

@@ -30,7 +30,6 @@ the compiled variants left out).
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from _throughput_common import refuse  # noqa: E402
+from _throughput_common import check_out_folder, failure_row, refuse, torch_machine  # noqa: E402
 
 
 def median_ms(call, repeats: int, sync) -> float:
@@ -122,7 +121,7 @@ def time_pieces(m, agent, result, state, stats, steps: int, device, compiled: bo
             try:
                 yield name, median_ms(call, steps, sync)
             except Exception as e:  # noqa: BLE001  (one GPU call for every row: a failure is recorded, the next runs)
-                yield name, f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+                yield name, failure_row(e)
 
 
 def main():
@@ -136,14 +135,13 @@ def main():
     if opts.num_envs < 1 or opts.num_steps < 1 or opts.steps < 1:
         refuse(f"--num-envs, --num-steps and --steps must be >= 1 (got {opts.num_envs}, {opts.num_steps}, "
                f"{opts.steps})")
-    if opts.out and not os.access(os.path.dirname(os.path.abspath(opts.out)), os.W_OK):
-        refuse(f"--out {opts.out}: its folder is not writable")
+    check_out_folder(opts.out)
     num_envs, steps = (8, 20) if opts.cpu_dry_run else (opts.num_envs, opts.steps)
 
     import numpy as np
     import torch
     from cleanrl_scaling import ppo_atari_envpool as m
-    device = torch.device("cuda" if torch.cuda.is_available() and not opts.cpu_dry_run else "cpu")
+    device = torch.device("cuda" if m.uses_cuda(not opts.cpu_dry_run) else "cpu")  # the script's own rule
     started = time.time()
     args = m.Args(num_envs=num_envs, num_steps=opts.num_steps, diagnostics_every=0)
     m.set_tf32(device, args.tf32)
@@ -154,10 +152,7 @@ def main():
     stats = m.EpisodeStats(num_envs)
     zeros = torch.zeros(num_envs, device=device)
     state = m.NextStep(torch.as_tensor(envs.reset()[0], device=device), zeros, zeros)
-    result = {"machine": {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
-                          "torch": torch.__version__, "numpy": np.__version__, "cpu_cores": os.cpu_count(),
-                          "device": str(device), "env_threads": m.env_threads(num_envs),
-                          "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None},
+    result = {"machine": {**torch_machine(device), "numpy": np.__version__, "env_threads": m.env_threads(num_envs)},
               "env_id": args.env_id, "num_envs": num_envs, "num_steps": opts.num_steps, "steps": steps}
     print(f"== the synchronous rollout step of {num_envs} {args.env_id} envs on {device} "
           f"({result['machine']['env_threads']} env threads), {steps} timed steps", flush=True)

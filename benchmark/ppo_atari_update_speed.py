@@ -36,7 +36,6 @@ CPU, eager variants only unless --variants names others (its numbers mean nothin
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from _throughput_common import refuse  # noqa: E402
+from _throughput_common import check_out_folder, failure_row, refuse, torch_machine  # noqa: E402
 
 VARIANTS = {  # name: (compile, update chunk size, bf16, tf32); the eager ones first: a cold compile may take minutes
     "eager_chunked": (False, 512, False, True), "eager_whole": (False, 0, False, True),
@@ -144,17 +143,14 @@ def main():
                f"{opts.iterations})")
     if opts.env_rate < 0:
         refuse(f"--env-rate must be >= 0 (got {opts.env_rate:g})")
-    if opts.out and not os.access(os.path.dirname(os.path.abspath(opts.out)), os.W_OK):
-        refuse(f"--out {opts.out}: its folder is not writable")
+    check_out_folder(opts.out)
     num_envs, num_steps = (8, 16) if opts.cpu_dry_run else (opts.num_envs, opts.num_steps)
 
     import torch
     from cleanrl_scaling import ppo_atari_envpool as m
-    device = torch.device("cuda" if torch.cuda.is_available() and not opts.cpu_dry_run else "cpu")
+    device = torch.device("cuda" if m.uses_cuda(not opts.cpu_dry_run) else "cpu")  # the script's own rule
     started = time.time()
-    result = {"machine": {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "python": platform.python_version(),
-                          "torch": torch.__version__, "cpu_cores": os.cpu_count(), "device": str(device),
-                          "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None},
+    result = {"machine": torch_machine(device),
               "num_envs": num_envs, "num_steps": num_steps, "iterations": opts.iterations,
               "env_rate": opts.env_rate or None, "variants": {}}
     rollout = num_envs * num_steps / opts.env_rate if opts.env_rate else None
@@ -169,7 +165,7 @@ def main():
         try:
             row = time_variant(m, name, num_envs, num_steps, opts.iterations, batch, device)
         except Exception as e:  # noqa: BLE001  (one GPU call for every row: a failure is recorded, the next runs)
-            result["variants"][name] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+            result["variants"][name] = failure_row(e)
             print(f"   {name:<22} {result['variants'][name]}", flush=True)
             continue
         if rollout:

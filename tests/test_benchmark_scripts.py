@@ -1027,6 +1027,16 @@ def test_gpu_check_refuses_an_unknown_step_before_it_writes_anything(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_gpu_check_names_every_sps_run_it_makes_in_its_steps():
+    """STEPS selects SPS runs by SPS_NAMES, a list written beside the sps_run calls: a run missing from it would never
+    run. Both lists, the dry run's calls and the GPU's, hold exactly SPS_NAMES."""
+    text = (REPO / "benchmark" / "gpu_check.sh").read_text()
+    listed = re.search(r'SPS_NAMES="([^"]*)"', text).group(1).split()
+    dry, gpu = text.split('if [ "$DRY" = 1 ]; then  # tiny sizes on CPU')[1].split("\nelse\n")[:2]
+    for calls in (dry, gpu):
+        assert sorted(re.findall(r"^\s*sps_run (\S+)", calls, re.M)) == sorted(listed)
+
+
 def test_gpu_torch_site_refuses_an_unknown_part_before_it_writes_anything(tmp_path):
     """benchmark/gpu_torch_site.sh with a PARTS entry it cannot build: one line naming the choices, exit 2, and no
     folder made (pip never ran)."""
