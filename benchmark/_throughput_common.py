@@ -38,7 +38,7 @@ def check_repeats(repeats: int):
 def check_out_folder(out: str):
     """--out FILE: its folder must exist and be writable, checked before the minutes of measuring."""
     if out and not os.access(os.path.dirname(os.path.abspath(out)), os.W_OK):
-        refuse(f"--out {out}: its folder is not writable")
+        refuse(f"--out {out}: its folder does not exist or is not writable")
 
 
 def int_list(flag: str, text: str, example: str) -> list:

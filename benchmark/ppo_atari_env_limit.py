@@ -54,8 +54,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from _throughput_common import (check_cleanrl_checkout, check_repeats, int_list, loop_time_medians,  # noqa: E402
-                                marginal_sps, our_run, refuse, run_cleanrl_atari)
+from _throughput_common import (check_cleanrl_checkout, check_out_folder, check_repeats, int_list,  # noqa: E402
+                                loop_time_medians, marginal_sps, our_run, refuse, run_cleanrl_atari)
 
 SCRIPT = os.path.join(HERE, "..", "cleanrl_scaling", "ppo_atari_envpool.py")
 CLEANRL_SCRIPT = "ppo_atari_envpool.py"  # CleanRL's, in cleanrl/ of its checkout
@@ -335,8 +335,7 @@ def main():
         refuse("--seconds must be > 0 and --iterations >= 3 (marginal SPS leaves the first iteration out)")
     check_repeats(opts.repeats)
     check_cleanrl_checkout(opts.cleanrl, CLEANRL_SCRIPT)
-    if opts.out and not os.path.isdir(os.path.dirname(os.path.abspath(opts.out))):
-        refuse(f"--out {opts.out}: its folder does not exist")
+    check_out_folder(opts.out)
     check_our_flags(shlex.split(opts.ours_flags))
     result = {"machine": machine(), "env_id": ENV_ID, "ours_flags": opts.ours_flags, "results": [],
               "dry_run": opts.cpu_dry_run}

@@ -628,6 +628,19 @@ def test_rollout_step_refuses_bad_options_in_one_line():
     assert "must be >= 1" in done.stderr
 
 
+@pytest.mark.parametrize("script", ["ppo_atari_update_speed", "ppo_atari_rollout_step", "ppo_atari_env_limit"])
+def test_torch_benchmarks_refuse_an_out_file_in_a_missing_folder(script, tmp_path):
+    """--out in a folder that does not exist: one line, exit 2, before the minutes of measuring (check_out_folder,
+    shared by the three)."""
+    import subprocess
+    out = tmp_path / "missing" / "r.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", f"{script}.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert f"--out {out}: its folder does not exist or is not writable" in done.stderr
+    assert not (tmp_path / "missing").exists()
+
+
 def test_env_limit_saves_each_n_as_it_goes(monkeypatch):
     """A call cut short by its time limit keeps what it measured: measure() hands save() the envpool rows first, then
     the row again after each timed run (here the second program dies in its timed run)."""
