@@ -452,11 +452,13 @@ def random_level(sampler: LevelSampler, key):
 
 
 def candidates_noop_solved(sampler: LevelSampler, keys):
-    """[G, ratio] bools: which of each of G levels' candidates a no-op solves, the G x ratio candidates made and
-    played as one batch (one vmap: Kinetix's generator and step are batched once in the trace, not twice)."""
+    """[G, ratio] bools: which of each of G levels' candidates a no-op solves. The candidates are made in `ratio`
+    blocks of G, the generator program's batch: JAX batches Kinetix's generator once per batch size, and batching it
+    again at G x ratio was most of this program's trace. Then all G x ratio are played as one batch."""
     ratio = sampler.filter_ratio
-    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys).reshape(-1, keys.shape[-1])
-    levels = jax.vmap(sampler.level)(candidates)
+    candidates = jax.vmap(functools.partial(candidate_keys, ratio=ratio))(keys)  # [G, ratio, 2]
+    blocks = jax.lax.map(jax.vmap(sampler.level), jnp.swapaxes(candidates, 0, 1))  # [ratio, G, ...]
+    levels = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), blocks)  # level-major
     return jax.vmap(functools.partial(noop_solves, sampler))(levels).reshape(keys.shape[0], ratio)
 
 

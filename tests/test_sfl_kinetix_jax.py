@@ -363,18 +363,43 @@ def test_kinetix_level_generator_is_traced_once_for_the_filter_and_the_generator
     """Tracing Kinetix's random level generator is most of the seconds before a run's first update (on one H200 a run
     at 8,192 envs was still tracing after 2 minutes): the no-op filter's program and the generator's program share its
     one trace (the sampler's jitted level), and each looped program traces its body once, its carry's shapes coming
-    from that same trace (it was traced four times). Lowering both programs traces it once."""
+    from that same trace (it was traced four times). Tracing both programs traces it once, and both call it batched
+    at --level-batch keys: JAX batches a trace once per batch size, and the filter batching it again at level batch x
+    filter ratio (2,048 candidates at the defaults) was most of the filter's trace."""
     traced = []
     real = m.random_level
-    monkeypatch.setattr(m, "random_level", lambda sampler, key: traced.append(key.shape) or real(sampler, key))
+
+    def random_level(sampler, key):  # the name generator_calls finds
+        traced.append(key.shape)
+        return real(sampler, key)
+    monkeypatch.setattr(m, "random_level", random_level)
     argv = tiny(1)
     args = tyro.cli(m.Args, args=argv)
     m.apply_scaling(args, m.validate(args, argv))
     train = m.make_train(args)  # its own: shared_make_train's programs may have been traced already
     keys = jax.ShapeDtypeStruct((2, 4, 2), jnp.uint32, sharding=NamedSharding(train.mesh, P(None, "envs")))
-    train.noop_solved.lower(keys, 2)
-    train.sample.lower(keys, 2)
+    programs = {name: getattr(train, name).jitted.trace(keys, 2).jaxpr for name in ("noop_solved", "sample")}
     assert traced == [(2,)]  # one key: the unbatched trace both programs batch
+    assert args.level_filter_ratio == 2 and args.level_batch == 4
+    assert generator_calls(programs["noop_solved"]) == generator_calls(programs["sample"]) == [(4, 2)]
+
+
+def generator_calls(closed_jaxpr) -> list:
+    """The key shapes of every call of the jitted level generator (random_level) in a program, nested programs too."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.params.get("name") == "random_level":
+                found.extend(tuple(v.aval.shape) for v in eqn.invars)
+                continue
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+    walk(closed_jaxpr.jaxpr)
+    return found
 
 
 def test_buffer_statistics_read_only_the_scores(monkeypatch):
