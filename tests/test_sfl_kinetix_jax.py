@@ -1573,7 +1573,9 @@ def test_the_transformer_learns_the_hand_designed_levels(tmp_path):
     """The default network (Kinetix's entity transformer) with --no-sfl --train-levels on all 10 hand-designed 's'
     levels, two envs per level, the MLP learning check's PPO settings (docs/sfl_kinetix_jax.md, learning section;
     10 minibatches of 2 whole trajectories, as 8 do not divide 20 envs): the initial policy solves 4 of the 50
-    attempts; within 32 updates the mean over the levels reaches at least 0.5."""
+    attempts; within 32 updates the mean over the levels reaches at least 0.3. One seed and 50 attempts give a standard
+    error of ~0.07 at these rates: 0.3 is 3 of them above the initial 0.08 and below the runs measured at update 32
+    (0.56 and 0.72, docs/sfl_kinetix_jax.md), where a threshold of 0.5 was within one of 0.56."""
     levels = [f"s/{name}" for name in ("h0_weak_thrust", "h1_thrust_over_ball", "h2_one_wheel_car",
                                        "h3_point_the_thruster", "h4_thrust_aim", "h5_rotate_fall", "h6_unicycle_right",
                                        "h7_unicycle_left", "h8_unicycle_balance", "h9_explode_then_thrust_over")]
@@ -1590,7 +1592,7 @@ def test_the_transformer_learns_the_hand_designed_levels(tmp_path):
     tag = "charts/solve_rate_handmade"
     rates = [(r["iteration"], r[tag]) for r in rows(run_dir) if tag in r]
     assert [it for it, _ in rates] == [0, updates]
-    assert rates[0][1] <= 0.2 and rates[1][1] >= 0.5, rates
+    assert rates[0][1] <= 0.2 and rates[1][1] >= 0.3, rates
 
 
 @pytest.fixture(scope="module")
