@@ -1124,8 +1124,11 @@ def main():
             log_iteration(logger, agent, args, global_step, iteration, clock.tick(), finished,
                           optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, times.scalars())
 
-        if any_rank_says(stop.signum != 0, world_size, device):  # every rank stops at the same iteration
-            status = "interrupted"
+        # any rank's signal stops every rank at this iteration, with one exit code; one that lands during the
+        # all-reduce stays in stop.signum for the next iteration's
+        signum = int(max_over_ranks(stop.signum, world_size, device))
+        if signum:
+            stop.signum, status = signum, "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
             checkpoint(iteration)
         if rank == 0:
@@ -2013,17 +2016,18 @@ def gather_rows(b_x: torch.Tensor, idx: torch.Tensor, num_envs: int, rank: int, 
     return out
 
 
-def any_rank_says(flag: bool, world_size: int, device) -> bool:
-    """A decision every rank must take together (stop, diverged); one tiny all-reduce under torchrun."""
+def max_over_ranks(value: float, world_size: int, device) -> float:
+    """The largest of the ranks' values, for a decision every rank takes together (stop, diverged); one tiny
+    all-reduce under torchrun."""
     if world_size == 1:
-        return bool(flag)
-    value = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return value
+    x = torch.tensor([float(value)], device=device)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x.item()
 
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
-    return not any_rank_says(not flag, world_size, device)
+    return not max_over_ranks(float(not flag), world_size, device)
 
 
 class Ranks(NamedTuple):

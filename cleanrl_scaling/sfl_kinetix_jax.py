@@ -2199,9 +2199,13 @@ def save_run_checkpoint(logger, args, signature: dict, iteration: int, clock: Ch
 
 
 def agreed_stop(stop) -> bool:
-    """A stop signal of any process, agreed by every process, so that all stop at the same point."""
-    stop.signum = agreed_signal(stop.signum)
-    return bool(stop.signum)
+    """A stop signal of any process, agreed by every process, so that all stop at the same point. A signal that
+    arrives while the processes agree (its handler runs when the collective returns) is kept for the next agreement:
+    an agreed 0 must not overwrite it."""
+    agreed = agreed_signal(stop.signum)
+    if agreed:
+        stop.signum = agreed  # every process exits with the same code
+    return bool(agreed)
 
 
 def first_bad_update(stats: np.ndarray, runner: RunnerState, updates: int) -> Optional[int]:

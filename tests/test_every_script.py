@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,6 +211,70 @@ def test_sigterm_checkpoints_and_exits_cleanly(script, tmp_path):
     assert ckpt["global_step"] == script.batch * ckpt["iteration"] and ckpt["script"] == script.name
     assert ckpt[script.weights]
     script.check_interrupted(ckpt)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_rank_flags(tiny: list) -> list:
+    """The tiny run with at least one env per rank (torchrun splits --num-envs over the ranks)."""
+    flags = list(tiny)
+    i = flags.index("--num-envs") + 1
+    flags[i] = str(max(2, int(flags[i])))
+    return flags
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_sigterm_to_one_of_two_ranks_stops_both_with_its_code(script, tmp_path):
+    """Slurm or a user may signal one task of a torchrun job: both ranks stop at the same iteration (rank 0 writes the
+    checkpoint) and both exit 128 + 15. Two gloo ranks started as torchrun starts them (its environment variables),
+    so that the signal reaches rank 1 alone; the rank it did not reach once exited 128."""
+    port, procs = free_port(), []
+    for rank in range(2):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        log = open(tmp_path / f"rank{rank}.log", "w")  # files: a full pipe would block one rank, and the other with it
+        procs.append(subprocess.Popen([sys.executable, module(script.name).__file__, "--runs-dir",
+                                       str(tmp_path / "runs")] + two_rank_flags(script.tiny) + [
+                                       "--total-timesteps", "10000000", "--diagnostics-every", "0"],
+                                      stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env))
+    try:
+        run_dir = wait_for_first_row(tmp_path, procs[0])
+        procs[1].send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    logs = [(tmp_path / f"rank{rank}.log").read_text() for rank in range(2)]
+    assert codes == [128 + signal.SIGTERM] * 2, logs
+    assert "received SIGTERM" in logs[1] and "received SIGTERM" not in logs[0]
+    ckpt, summary = load_ckpt(run_dir), json.load(open(run_dir / "summary.json"))
+    assert summary["status"] == "interrupted" and ckpt["iteration"] == summary["iteration"] >= 1
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_a_signal_during_the_stop_agreement_stops_the_next_iteration(script, tmp_path, monkeypatch):
+    """SIGTERM landing while the ranks agree on stopping (inside the all-reduce; here one process, whose agreement
+    returns what it was given): the agreement's 0 must not overwrite it, so the run stops at the next iteration."""
+    m = module(script.name)
+    agree, calls = m.max_over_ranks, []
+
+    def signalled_during_the_first(value, world_size, device):
+        if sys._getframe(1).f_code.co_name == "main":  # the stop agreement (the finite-loss one is another caller's)
+            calls.append(value)
+            if len(calls) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before this function returns
+        return agree(value, world_size, device)
+    monkeypatch.setattr(m, "max_over_ranks", signalled_during_the_first)
+    code, _, err = main_inprocess(m, script.tiny + ["--total-timesteps", str(6 * script.batch), "--diagnostics-every",
+                                                    "0"], tmp_path)
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert calls == [0, signal.SIGTERM]  # the first agreement got the 0 read before the signal, the next one it
+    assert json.load(open(the_run_dir(tmp_path) / "summary.json"))["iteration"] == 2
 
 
 # ------------------------------------------------------------------------------------------------ diagnostics

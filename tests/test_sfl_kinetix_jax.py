@@ -1624,6 +1624,25 @@ def assert_same_early_training(run_dir, reference):
     np.testing.assert_allclose(*zip(*early), rtol=1e-3, atol=1e-5)
 
 
+def test_a_signal_during_the_stop_agreement_is_answered_at_the_next(monkeypatch):
+    """SIGTERM reaching a process while it waits in the stop agreement's collective: Python runs the handler when the
+    collective returns, after the process sent its 0, so the processes agree on 0. The signal must survive that
+    agreement and stop every process at the next one (once it was lost: both of two processes trained to the end)."""
+    stop = m.StopFlag.__new__(m.StopFlag)  # the handler's state, without installing it in pytest's process
+    stop.signum = 0
+    agreements = []
+
+    def collective(signum):  # what the other process sends: 0; the signal lands during the first collective
+        agreements.append(signum)
+        if len(agreements) == 1:
+            stop._handle(signal.SIGTERM, None)
+        return signum
+    monkeypatch.setattr(m, "agreed_signal", collective)
+    assert m.agreed_stop(stop) is False  # agreed on what each process had sent: no stop yet
+    assert m.agreed_stop(stop) is True and stop.signum == signal.SIGTERM  # the next chunk boundary stops, exit 143
+    assert agreements == [0, signal.SIGTERM]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
