@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 
@@ -70,3 +71,10 @@ def assert_finished_unevaluated(run_dir: str, iterations: int) -> list:
     with open(os.path.join(run_dir, "checkpoints", "latest.ckpt"), "rb") as f:
         assert pickle.load(f)["iteration"] == iterations
     return rows
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for a rendezvous of processes the test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

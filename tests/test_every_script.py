@@ -11,7 +11,6 @@ import os
 import pickle
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from inprocess import main_inprocess
+from inprocess import free_port, main_inprocess
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,12 +210,6 @@ def test_sigterm_checkpoints_and_exits_cleanly(script, tmp_path):
     assert ckpt["global_step"] == script.batch * ckpt["iteration"] and ckpt["script"] == script.name
     assert ckpt[script.weights]
     script.check_interrupted(ckpt)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_rank_flags(tiny: list) -> list:

@@ -18,7 +18,6 @@ import os
 import pathlib
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from flax import struct  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from cleanrl_scaling import sfl_kinetix_jax as m  # noqa: E402
-from inprocess import assert_finished_unevaluated, json_on_devices, pythonpath  # noqa: E402
+from inprocess import assert_finished_unevaluated, free_port, json_on_devices, pythonpath  # noqa: E402
 
 SCRIPT = str(REPO / "cleanrl_scaling" / "sfl_kinetix_jax.py")
 BATCH = 4 * 16
@@ -1641,12 +1640,6 @@ def test_a_signal_during_the_stop_agreement_is_answered_at_the_next(monkeypatch)
     assert m.agreed_stop(stop) is False  # agreed on what each process had sent: no stop yet
     assert m.agreed_stop(stop) is True and stop.signum == signal.SIGTERM  # the next chunk boundary stops, exit 143
     assert agreements == [0, signal.SIGTERM]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def start_two_processes(argv, workdir):

@@ -26,15 +26,11 @@ import time
 
 import pytest
 
+from inprocess import free_port
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def memory_mb() -> int:

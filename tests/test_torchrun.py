@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from cleanrl_scaling import ppo_atari_envpool as atari, ppo_continuous_mujoco as mujoco  # noqa: E402
 from cleanrl_scaling import ppo_procgen as procgen, pqn_atari as pqn  # noqa: E402
+from inprocess import free_port  # noqa: E402
 
 T, N, W = 3, 4, 2  # steps, envs (all ranks), ranks: rank r holds envs [2r, 2r + 2)
 
@@ -251,8 +252,4 @@ def two_rank_worker(rank, port):
 
 
 def test_reductions_over_two_gloo_ranks_equal_one_process():
-    import socket
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(two_rank_worker, args=(port,), nprocs=W, join=True)
+    mp.spawn(two_rank_worker, args=(free_port(),), nprocs=W, join=True)
