@@ -1095,11 +1095,8 @@ def main():
                           optimizer.param_groups[0]["lr"], loss_stats, ev, probe, grad_norm, times.scalars(), device,
                           autocast)
 
-        # any rank's signal stops every rank at this iteration, with one exit code; one that lands during the
-        # all-reduce stays in stop.signum for the next iteration's
-        signum = int(max_over_ranks(stop.signum, world_size, device))
-        if signum:
-            stop.signum, status = signum, "interrupted"
+        if agreed_stop(stop, world_size, device):  # every rank stops at the same iteration
+            status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
             checkpoint(iteration)
         if rank == 0:
@@ -1975,6 +1972,16 @@ def max_over_ranks(value: float, world_size: int, device) -> float:
 
 def all_ranks_agree(flag: bool, world_size: int, device) -> bool:
     return not max_over_ranks(float(not flag), world_size, device)
+
+
+def agreed_stop(stop, world_size: int, device) -> bool:
+    """A stop signal of any rank (Slurm or a user may signal one task only), agreed by every rank, which then all exit
+    with its code. A signal that lands during the all-reduce (its handler runs when the all-reduce returns) is kept
+    for the next agreement: an agreed 0 must not overwrite it."""
+    agreed = int(max_over_ranks(stop.signum, world_size, device))
+    if agreed:
+        stop.signum = agreed
+    return bool(agreed)
 
 
 class Ranks(NamedTuple):
