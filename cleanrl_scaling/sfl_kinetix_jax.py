@@ -2700,7 +2700,14 @@ class StopFlag:
         if self.signum:  # a second signal: stop now
             raise KeyboardInterrupt
         self.signum = signum
-        print(f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing", file=sys.stderr)
+        text = f"\nreceived {signal.Signals(signum).name}: finishing this iteration, then checkpointing\n"
+        try:
+            sys.stderr.write(text)
+        except RuntimeError:  # it interrupted a write to a buffered (wrapped) stderr, which a write here re-enters
+            try:
+                os.write(2, text.encode())
+            except OSError:  # nowhere to say it; the flag is what stops the run
+                pass
 # <<< shared:rundir
 
 # >>> shared:checkpoint

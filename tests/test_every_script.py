@@ -4,7 +4,9 @@ and exits 128+15, and the diagnostics do not change training. What one script al
 
 Runs are in-process (tests/inprocess.py) and eager (--no-compile); a subprocess only where the process boundary is
 what is tested: a real signal, and the command line's output without a traceback."""
+import contextlib
 import dataclasses
+import fcntl
 import importlib
 import json
 import os
@@ -13,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import termios
 import time
 from typing import Callable
 
@@ -20,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from inprocess import free_port, main_inprocess
+from inprocess import free_port, main_inprocess, pythonpath
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +213,66 @@ def test_sigterm_checkpoints_and_exits_cleanly(script, tmp_path):
     assert ckpt["global_step"] == script.batch * ckpt["iteration"] and ckpt["script"] == script.name
     assert ckpt[script.weights]
     script.check_interrupted(ckpt)
+
+
+def pipe_is_full(read_end: int, size: int) -> bool:
+    """No room for another bar update (~120 bytes) and nothing written for half a second: the writer is blocked."""
+    def unread():
+        return int.from_bytes(fcntl.ioctl(read_end, termios.FIONREAD, b"\0" * 4), "little")
+    before = unread()
+    time.sleep(0.5)
+    return before > size - 256 and unread() == before
+
+
+def test_sigterm_while_a_write_to_a_buffered_stderr_is_blocked_still_checkpoints(tmp_path):
+    """SIGTERM while the run is blocked writing its progress bar to a full pipe (a `| tee` that fell behind, a stalled
+    terminal): the signal interrupts the write, and the handler, which tells stderr, runs inside it. CPython's own
+    stderr is an unbuffered FileIO underneath, but a program that wraps it in a buffered writer (as here, through
+    sitecustomize) made the handler's print re-enter that writer: "reentrant call" out of the progress bar, a traceback
+    and no checkpoint. The handler is the shared block's, so the reference script's run stands for all."""
+    script = TORCH_SCRIPTS[0]
+    flags = script.tiny[:script.tiny.index("--progress")] + ["--progress", "bar"]  # a write to stderr every iteration
+    read_end, write_end = os.pipe()
+    size = fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: full after a few dozen bar updates
+    os.set_blocking(read_end, False)  # the child's end stays blocking
+    cmd = [sys.executable, module(script.name).__file__, "--runs-dir", str(tmp_path / "runs")] + flags + [
+        "--total-timesteps", "10000000", "--diagnostics-every", "0"]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import io, sys\nsys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, 'w', closefd=False)), "
+        "line_buffering=True)\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath(tmp_path / "site")}
+    with open(tmp_path / "stdout", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=write_end, cwd=tmp_path, env=env)
+    os.close(write_end)
+    err = bytearray()
+
+    def drain():
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_end, 65536):
+                err.extend(chunk)
+    try:
+        start = time.time()
+        while not [p for p in (tmp_path / "runs").glob("*/metrics.jsonl") if p.stat().st_size]:  # start-up's output
+            drain()
+            assert proc.poll() is None and time.time() - start < 300, bytes(err[-3000:])
+            time.sleep(0.05)
+        while not pipe_is_full(read_end, size):  # reading stopped: the child fills the pipe, then blocks
+            assert proc.poll() is None and time.time() - start < 300, bytes(err[-3000:])
+        proc.send_signal(signal.SIGTERM)
+        while proc.poll() is None and time.time() - start < 420:
+            drain()
+            time.sleep(0.05)
+        drain()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(read_end)
+    text = err.decode(errors="replace")
+    assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
+    assert "received SIGTERM" in text and "reentrant" not in text
+    run_dir = the_run_dir(tmp_path)
+    assert json.load(open(run_dir / "summary.json"))["status"] == "interrupted" and load_ckpt(run_dir)[script.weights]
 
 
 def two_rank_flags(tiny: list) -> list:
