@@ -926,17 +926,20 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int):
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "devices": jax.device_count(),
               "platform": jax.default_backend(), "versions": package_versions(), "git_commit": git_commit(),
               "script": SCRIPT, "init_from": args.init_from, "start_iteration": start_iteration}
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if args.resume else 0)
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size,
+                       ckpt if args.resume else None)
     announce_run(logger.run_dir)
     return logger
 
 
-def save_run_checkpoint(run_dir: str, args, signature: dict, iteration: int, wall_time: float, runner: RunnerState,
+def save_run_checkpoint(logger, args, signature: dict, iteration: int, wall_time: float, runner: RunnerState,
                         name: str = "latest.ckpt") -> None:
-    """The whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves."""
-    save_checkpoint(os.path.join(run_dir, "checkpoints", name), {
+    """The whole runner state (weights, Adam, theta_prox, RNG key, env states) as numpy leaves, with the logs' sizes
+    (what a resume from it keeps of them)."""
+    save_checkpoint(os.path.join(logger.run_dir, "checkpoints", name), {
         "script": SCRIPT, "signature": signature, "iteration": iteration,
-        "global_step": iteration * args.batch_size, "wall_time": wall_time, "run_dir": run_dir,
+        "global_step": iteration * args.batch_size, "wall_time": wall_time, "run_dir": logger.run_dir,
+        "log_sizes": logger.log_sizes(),
         "args": dataclasses.asdict(args), "runner": [np.asarray(x) for x in jax.device_get(jax.tree.leaves(runner))]})
 
 
@@ -1019,7 +1022,7 @@ def finish_run(train: Train, args, signature: dict, logger, status: str, iterati
     summary = {"status": status, "global_step": iteration * args.batch_size, "iteration": iteration, "SPS": final_sps,
                "SPS_with_warmup": sps_with_warmup}
     if status == "finished":
-        save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner)
+        save_run_checkpoint(logger, args, signature, iteration, clock.wall_time(), runner)
         if args.final_eval:
             summary.update(final_evaluation(train, args, logger, iteration, runner.train.params))
         if args.save_model:
@@ -1088,9 +1091,9 @@ def main():
         if stop.signum:
             status = "interrupted"
         if args.checkpoint_every and iteration % args.checkpoint_every == 0 or status == "interrupted":
-            save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner)
+            save_run_checkpoint(logger, args, signature, iteration, clock.wall_time(), runner)
         if iteration in args.keep_checkpoints:  # kept beside latest.ckpt: another run can start from this state
-            save_run_checkpoint(logger.run_dir, args, signature, iteration, clock.wall_time(), runner,
+            save_run_checkpoint(logger, args, signature, iteration, clock.wall_time(), runner,
                                 f"iteration_{iteration}.ckpt")
         logger.flush()
         if status == "interrupted":
@@ -1307,15 +1310,46 @@ def claim_run_dir(path: str) -> str:
             candidate = f"{path}-{k}"
 
 
+# The append-only logs: a resumed run cuts them back to what they held when its checkpoint was written
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """A resumed run replaces what followed its checkpoint: each log cut to its size when the checkpoint was written
+    (which also drops rows of the checkpoint's own iteration logged after it, and a line torn by a kill). A checkpoint
+    without recorded sizes (older ones) keeps the rows up to its iteration, and drops a torn line."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if row_up_to(line, ckpt["iteration"])).encode()
+        atomic_write(path, kept)
+
+
+def row_up_to(line: str, iteration: int) -> bool:
+    try:
+        return json.loads(line).get("iteration", 0) <= iteration
+    except ValueError:  # blank, or torn by a kill in the middle of a write
+        return False
+
+
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, resumed: Optional[dict] = None,
                  headline: str = "charts/episodic_return"):
-        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        """resumed: the checkpoint a resumed run continues (its run directory, logs cut back to it); None: a new run."""
+        self.run_dir = run_dir = claim_run_dir(run_dir) if resumed is None else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
-        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        if resumed is not None:
+            cut_logs(run_dir, resumed)
         self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
         self.kl_profile = None
         from tensorboard.summary import Writer
@@ -1333,14 +1367,6 @@ class RunLogger:
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
-
-    def _truncate_after(self, iteration: int) -> None:
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        if iteration == 0 or not os.path.exists(path):
-            return
-        with open(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        atomic_write(path, "".join(kept).encode())
 
     def wall_clock(self) -> float:
         """A row's wall_time (a script that tracks active time across resumes overrides this)."""
@@ -1380,6 +1406,12 @@ class RunLogger:
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
             print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
+
+    def log_sizes(self) -> dict:
+        """The logs' sizes once flushed: what a resume from a checkpoint written now keeps (a checkpoint's log_sizes)."""
+        self.flush()
+        return {name: os.path.getsize(path) for name in LOG_FILES
+                if os.path.exists(path := os.path.join(self.run_dir, name))}
 
     def flush(self) -> None:
         self.metrics.flush()

@@ -846,7 +846,7 @@ def start_from(init: dict, q_network, args, rank: int) -> None:
               "new run with this run's flags")
 
 
-def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_time, q_network, optimizer, evaluator,
+def save_run_checkpoint(logger, args, signature, iteration, global_step, wall_time, q_network, optimizer, evaluator,
                         world_size, rank, device):
     """latest.ckpt: weights, optimizer and every rank's RNG streams (gathered to rank 0, which writes)."""
     rngs = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
@@ -857,9 +857,10 @@ def save_run_checkpoint(run_dir, args, signature, iteration, global_step, wall_t
         dist.all_gather_object(gathered, rngs[0])
         rngs = gathered
     if rank == 0:
-        save_checkpoint(os.path.join(run_dir, "checkpoints", "latest.ckpt"), {
+        save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
             "script": SCRIPT, "signature": signature, "iteration": iteration, "global_step": global_step,
-            "wall_time": wall_time, "run_dir": run_dir, "args": dataclasses.asdict(args),
+            "wall_time": wall_time, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
+            "log_sizes": logger.log_sizes(),  # what a resume from it keeps of the logs
             "q_network": {k: v.cpu() for k, v in q_network.state_dict().items()},
             "optimizer": optimizer.state_dict(), "rng": rngs})
 
@@ -956,8 +957,8 @@ def main():
     clock = Clock(args.batch_size, ckpt["wall_time"] if ckpt else 0.0)
     status, iteration, times = "finished", start_iteration, LoopTimes(groups)
 
-    def checkpoint(iteration):
-        save_run_checkpoint(run_dir, args, signature, iteration, global_step, clock.wall_time(), q_network, optimizer,
+    def checkpoint(iteration):  # rank 0's logger writes it, with its logs' sizes
+        save_run_checkpoint(logger, args, signature, iteration, global_step, clock.wall_time(), q_network, optimizer,
                             evaluator, world_size, rank, device)
 
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
@@ -1101,7 +1102,7 @@ def open_run(args, scaling: dict, ckpt, world_size: int, device, rank: int) -> t
     config = {"argv": sys.argv[1:], "args": dataclasses.asdict(args), "resolved": scaling, "world_size": world_size,
               "device": str(device), "versions": package_versions(), "git_commit": git_commit(), "script": SCRIPT,
               "init_from": args.init_from, "start_iteration": 0}  # a new run from old weights counts from 0 too
-    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt["iteration"] if ckpt else 0) if rank == 0 else None
+    logger = RunLogger(run_dir, config, args, args.num_iterations * args.batch_size, ckpt) if rank == 0 else None
     if logger:
         announce_run(logger.run_dir)
     return logger, logger.run_dir if logger else run_dir
@@ -1317,15 +1318,46 @@ def claim_run_dir(path: str) -> str:
             candidate = f"{path}-{k}"
 
 
+# The append-only logs: a resumed run cuts them back to what they held when its checkpoint was written
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """A resumed run replaces what followed its checkpoint: each log cut to its size when the checkpoint was written
+    (which also drops rows of the checkpoint's own iteration logged after it, and a line torn by a kill). A checkpoint
+    without recorded sizes (older ones) keeps the rows up to its iteration, and drops a torn line."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if row_up_to(line, ckpt["iteration"])).encode()
+        atomic_write(path, kept)
+
+
+def row_up_to(line: str, iteration: int) -> bool:
+    try:
+        return json.loads(line).get("iteration", 0) <= iteration
+    except ValueError:  # blank, or torn by a kill in the middle of a write
+        return False
+
+
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, resumed: Optional[dict] = None,
                  headline: str = "charts/episodic_return"):
-        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        """resumed: the checkpoint a resumed run continues (its run directory, logs cut back to it); None: a new run."""
+        self.run_dir = run_dir = claim_run_dir(run_dir) if resumed is None else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
-        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        if resumed is not None:
+            cut_logs(run_dir, resumed)
         self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
         self.kl_profile = None
         from tensorboard.summary import Writer
@@ -1343,14 +1375,6 @@ class RunLogger:
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
-
-    def _truncate_after(self, iteration: int) -> None:
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        if iteration == 0 or not os.path.exists(path):
-            return
-        with open(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        atomic_write(path, "".join(kept).encode())
 
     def wall_clock(self) -> float:
         """A row's wall_time (a script that tracks active time across resumes overrides this)."""
@@ -1390,6 +1414,12 @@ class RunLogger:
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
             print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
+
+    def log_sizes(self) -> dict:
+        """The logs' sizes once flushed: what a resume from a checkpoint written now keeps (a checkpoint's log_sizes)."""
+        self.flush()
+        return {name: os.path.getsize(path) for name in LOG_FILES
+                if os.path.exists(path := os.path.join(self.run_dir, name))}
 
     def flush(self) -> None:
         self.metrics.flush()

@@ -2121,44 +2121,17 @@ class ChunkClock:
         return with_warmup, with_warmup
 
 
-# The run directory: logs cut back on resume, rows timed by the run's active seconds
-LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
-
-
-def log_sizes(run_dir: str) -> dict:
-    return {name: os.path.getsize(os.path.join(run_dir, name)) for name in LOG_FILES
-            if os.path.exists(os.path.join(run_dir, name))}
-
-
-def cut_logs(run_dir: str, ckpt: dict) -> None:
-    """Cut the run's logs back to what they held when the checkpoint was written, so that a resumed run replaces what
-    followed it (also rows of the checkpoint's own iteration logged after it, such as a buffer refresh). A checkpoint
-    without recorded sizes keeps the rows up to its iteration."""
-    sizes = ckpt.get("log_sizes")
-    for name in LOG_FILES:
-        path = os.path.join(run_dir, name)
-        if not os.path.exists(path):
-            continue
-        if sizes is not None:
-            with open(path, "rb") as f:
-                kept = f.read(sizes.get(name, 0))
-        else:
-            with open(path) as f:
-                kept = "".join(line for line in f if line.strip()
-                               and json.loads(line).get("iteration", 0) <= ckpt["iteration"]).encode()
-        atomic_write(path, kept)
-
-
-def active_time_logger(run_dir: str, config: dict, args, total_steps: int, start_iteration: int,
+# The run directory: rows timed by the run's active seconds (the logs are cut back on resume by the shared RunLogger)
+def active_time_logger(run_dir: str, config: dict, args, total_steps: int, resumed: Optional[dict],
                        clock: ChunkClock):
     """The run logger with each row's wall_time = the run's active seconds (B26 Fig. 16b's wall-clock axis): the
     sessions before the resumed checkpoint plus this one, never the time between sessions."""
-    logger = RunLogger(run_dir, config, args, total_steps, start_iteration, headline="charts/solve_rate_random")
+    logger = RunLogger(run_dir, config, args, total_steps, resumed, headline="charts/solve_rate_random")
     logger.wall_clock = clock.wall_time  # the shared logger's hook for a row's wall_time
     return logger
 
 
-def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock):
+def open_run(args, scaling: dict, ckpt, clock: ChunkClock):
     """Process 0: the run directory (absolute: run files record it; --resume: the checkpoint's, its logs cut back to
     the checkpoint) with config.json, and its logger; None on the other processes, which write nothing. config.json
     records the --init-from checkpoint and the iteration the run started from, 0 (utils/aggregate.py reads both)."""
@@ -2166,7 +2139,6 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock)
         return None
     if args.resume:
         run_dir = os.path.abspath(ckpt["run_dir"])
-        cut_logs(run_dir, ckpt)
     else:
         run_name = f"Kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.abspath(os.path.join(args.runs_dir, run_name))
@@ -2179,7 +2151,7 @@ def open_run(args, scaling: dict, ckpt, start_iteration: int, clock: ChunkClock)
                       "level_blocks": level_blocks(from_buffer, from_fresh),
                       "handmade_levels": handmade_level_names(args.env_size), "train_levels": list(args.train_levels)}}
     logger = active_time_logger(run_dir, config, args, args.num_iterations * args.batch_size,
-                                start_iteration if args.resume else 0, clock)
+                                ckpt if args.resume else None, clock)
     announce_run(logger.run_dir)
     return logger
 
@@ -2190,12 +2162,11 @@ def save_run_checkpoint(logger, args, signature: dict, iteration: int, clock: Ch
     leaves = [np.asarray(x) for x in fetch(jax.tree.leaves(runner))]
     if not logger:
         return
-    logger.flush()  # the logs' sizes now are what a resume from this checkpoint keeps
     save_checkpoint(os.path.join(logger.run_dir, "checkpoints", "latest.ckpt"), {
         "script": SCRIPT, "signature": signature, "iteration": iteration,
         "global_step": iteration * args.batch_size, "wall_time": clock.wall_time(),
         "filter_seconds": clock.filter_seconds, "run_dir": logger.run_dir, "args": dataclasses.asdict(args),
-        "log_sizes": log_sizes(logger.run_dir), "runner": leaves})
+        "log_sizes": logger.log_sizes(), "runner": leaves})
 
 
 def agreed_stop(stop) -> bool:
@@ -2329,7 +2300,7 @@ def main():
     start_iteration = ckpt["iteration"] if args.resume else 0
     clock = ChunkClock(args.batch_size, ckpt["wall_time"] if args.resume else 0.0,
                        ckpt.get("filter_seconds", 0.0) if args.resume else 0.0)
-    logger = open_run(args, scaling, ckpt, start_iteration, clock)
+    logger = open_run(args, scaling, ckpt, clock)
     stop = StopFlag()
     lockstep("run directory")  # process 0 has written it
     status, iteration, first = "finished", start_iteration, True
@@ -2595,15 +2566,46 @@ def claim_run_dir(path: str) -> str:
             candidate = f"{path}-{k}"
 
 
+# The append-only logs: a resumed run cuts them back to what they held when its checkpoint was written
+LOG_FILES = ("metrics.jsonl", "kl_profile.jsonl")
+
+
+def cut_logs(run_dir: str, ckpt: dict) -> None:
+    """A resumed run replaces what followed its checkpoint: each log cut to its size when the checkpoint was written
+    (which also drops rows of the checkpoint's own iteration logged after it, and a line torn by a kill). A checkpoint
+    without recorded sizes (older ones) keeps the rows up to its iteration, and drops a torn line."""
+    sizes = ckpt.get("log_sizes")
+    for name in LOG_FILES:
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        if sizes is not None:
+            with open(path, "rb") as f:
+                kept = f.read(sizes.get(name, 0))
+        else:
+            with open(path) as f:
+                kept = "".join(line for line in f if row_up_to(line, ckpt["iteration"])).encode()
+        atomic_write(path, kept)
+
+
+def row_up_to(line: str, iteration: int) -> bool:
+    try:
+        return json.loads(line).get("iteration", 0) <= iteration
+    except ValueError:  # blank, or torn by a kill in the middle of a write
+        return False
+
+
 class RunLogger:
     """metrics.jsonl + TensorBoard (+ W&B with --track) + a progress bar or plain lines (docs/run_directory.md)."""
 
-    def __init__(self, run_dir: str, config: dict, args, total_steps: int, start_iteration: int = 0,
+    def __init__(self, run_dir: str, config: dict, args, total_steps: int, resumed: Optional[dict] = None,
                  headline: str = "charts/episodic_return"):
-        self.run_dir = run_dir = claim_run_dir(run_dir) if start_iteration == 0 else run_dir
+        """resumed: the checkpoint a resumed run continues (its run directory, logs cut back to it); None: a new run."""
+        self.run_dir = run_dir = claim_run_dir(run_dir) if resumed is None else run_dir
         os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
         atomic_write(os.path.join(run_dir, "config.json"), json.dumps(config, indent=2, default=str).encode())
-        self._truncate_after(start_iteration)  # a resumed run replaces what followed its checkpoint
+        if resumed is not None:
+            cut_logs(run_dir, resumed)
         self.metrics = open(os.path.join(run_dir, "metrics.jsonl"), "a")
         self.kl_profile = None
         from tensorboard.summary import Writer
@@ -2621,14 +2623,6 @@ class RunLogger:
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.bar = None  # made at the first progress(): the start-up lines print before it, not through it
         self.mode, self.last_line = mode, 0.0
-
-    def _truncate_after(self, iteration: int) -> None:
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        if iteration == 0 or not os.path.exists(path):
-            return
-        with open(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        atomic_write(path, "".join(kept).encode())
 
     def wall_clock(self) -> float:
         """A row's wall_time (a script that tracks active time across resumes overrides this)."""
@@ -2668,6 +2662,12 @@ class RunLogger:
         elif self.mode == "lines" and time.time() - self.last_line > 10:
             self.last_line = time.time()
             print(f"step {step}/{self.total_steps} SPS {sps:.0f}, {self.headline_text()}", flush=True)
+
+    def log_sizes(self) -> dict:
+        """The logs' sizes once flushed: what a resume from a checkpoint written now keeps (a checkpoint's log_sizes)."""
+        self.flush()
+        return {name: os.path.getsize(path) for name in LOG_FILES
+                if os.path.exists(path := os.path.join(self.run_dir, name))}
 
     def flush(self) -> None:
         self.metrics.flush()

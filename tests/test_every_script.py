@@ -10,6 +10,7 @@ import fcntl
 import importlib
 import json
 import os
+import pathlib
 import pickle
 import re
 import signal
@@ -273,6 +274,75 @@ def test_sigterm_while_a_write_to_a_buffered_stderr_is_blocked_still_checkpoints
     assert "received SIGTERM" in text and "reentrant" not in text
     run_dir = the_run_dir(tmp_path)
     assert json.load(open(run_dir / "summary.json"))["status"] == "interrupted" and load_ckpt(run_dir)[script.weights]
+
+
+# ------------------------------------------------------------------------------------------------ resume: the logs
+def iterations_in(path) -> list:
+    return [json.loads(line)["iteration"] for line in open(path)] if path.exists() else []
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_resume_cuts_both_logs_back_to_what_its_checkpoint_saw(name, tmp_path):
+    """SPEC 6: no row appears twice after a resume, in metrics.jsonl and kl_profile.jsonl alike. The checkpoint
+    records the logs' sizes; a resume cuts each log to them, dropping what followed (a row of the checkpoint's own
+    iteration logged after it, such as a final evaluation; later iterations; a line torn by kill -9). A checkpoint
+    without sizes (older ones) keeps the rows up to its iteration and drops a torn line, which made json raise."""
+    m = module(name)
+    logger = m.RunLogger(str(tmp_path / "run"), {}, m.Args(progress="none"), 400)
+    run_dir = pathlib.Path(logger.run_dir)
+
+    def after_the_checkpoint():
+        logger.log(128, 2, {"eval/return": 5.0})
+        logger.log(192, 3, {"losses/value_loss": 3.0})
+        logger.log_profile({"global_step": 192, "iteration": 3, "seq_kl": [0.2], "ref_kl": [0.2]})
+        logger.flush()
+        for log in ("metrics.jsonl", "kl_profile.jsonl"):
+            with open(run_dir / log, "a") as f:
+                f.write('{"global_step": 256, "iteration": 4, "wall_ti')  # kill -9 in the middle of a write
+    logger.log(64, 1, {"losses/value_loss": 1.0})
+    logger.log(128, 2, {"losses/value_loss": 2.0})
+    logger.log_profile({"global_step": 128, "iteration": 2, "seq_kl": [0.1], "ref_kl": [0.1]})
+    ckpt = {"iteration": 2, "log_sizes": logger.log_sizes()}  # what the checkpoint of iteration 2 records
+    after_the_checkpoint()
+    logger.close({})
+    resumed = m.RunLogger(str(run_dir), {}, m.Args(progress="none"), 400, ckpt)
+    assert resumed.run_dir == str(run_dir)
+    assert [r["losses/value_loss"] for r in read_metrics(run_dir)] == [1.0, 2.0]
+    assert iterations_in(run_dir / "kl_profile.jsonl") == [2]
+
+    logger = resumed
+    after_the_checkpoint()
+    logger.close({})
+    m.RunLogger(str(run_dir), {}, m.Args(progress="none"), 400, {"iteration": 2}).close({})  # no sizes recorded
+    assert iterations_in(run_dir / "metrics.jsonl") == [1, 2, 2]  # the evaluation row of iteration 2 is kept
+    assert iterations_in(run_dir / "kl_profile.jsonl") == [2]
+
+
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_a_run_killed_in_the_middle_of_a_log_write_resumes_with_each_row_once(script, tmp_path):
+    """A run killed after its checkpoint, in the middle of writing the next iteration's rows (kill -9, the OOM
+    killer, a lost node): the resume continues, and each iteration's rows are in both logs once. Before, the torn
+    line made the resume raise (JSONDecodeError), and kl_profile.jsonl was never cut back (the next iteration's rows
+    twice)."""
+    m = module(script.name)
+    flags = script.tiny + ["--diagnostics-every", "1"]
+    code, _, err = main_inprocess(m, flags + ["--total-timesteps", str(2 * script.batch)], tmp_path)
+    assert code == 0, err[-3000:]
+    run_dir = the_run_dir(tmp_path)
+    for log in ("metrics.jsonl", "kl_profile.jsonl"):
+        if (run_dir / log).exists():
+            rows = [json.loads(line) for line in open(run_dir / log)]
+            with open(run_dir / log, "a") as f:
+                f.write(json.dumps({**rows[-1], "iteration": 3}) + "\n")  # the next iteration's row, logged
+                f.write('{"global_step": 256, "iteration": 3, "wall_ti')  # and one cut short
+    code, _, err = main_inprocess(m, flags + ["--total-timesteps", str(4 * script.batch), "--resume",
+                                              str(run_dir / "checkpoints" / "latest.ckpt")], tmp_path)
+    assert code == 0, err[-3000:]
+    trained = [r["iteration"] for r in read_metrics(run_dir) if "losses/value_loss" in r or "losses/td_loss" in r]
+    assert trained == [1, 2, 3, 4]
+    profiled = iterations_in(run_dir / "kl_profile.jsonl")
+    assert profiled in ([], [1, 2, 3, 4])
+    assert profiled or script.name == "pqn_atari"  # PQN has no policy ratio to profile
 
 
 def two_rank_flags(tiny: list) -> list:

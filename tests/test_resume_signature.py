@@ -132,14 +132,14 @@ def save_placeholder(script: str, root) -> str:
     run_dir = str(root / "runs" / "run")
     placeholder = {"params": np.zeros(3, np.float32)}
     if script == "ppo_ewma_jax2d":
-        os.makedirs(os.path.join(run_dir, "checkpoints"))  # the run's logger makes it
-        m.save_run_checkpoint(run_dir, args, signature, 1, 0.0, placeholder)
+        logger = m.RunLogger(run_dir, {}, args, 100)
+        m.save_run_checkpoint(logger, args, signature, 1, 0.0, placeholder)
     else:
         clock = m.ChunkClock(args.batch_size, 0.0, 0.0)
-        logger = m.active_time_logger(run_dir, {}, args, 100, 0, clock)
+        logger = m.active_time_logger(run_dir, {}, args, 100, None, clock)
         m.save_run_checkpoint(logger, args, signature, 1, clock, placeholder)
-        logger.close({})
-    return os.path.join(run_dir, "checkpoints", "latest.ckpt")
+    logger.close({})
+    return os.path.join(logger.run_dir, "checkpoints", "latest.ckpt")
 
 
 def read_args(m, argv: list) -> tuple:

@@ -660,29 +660,11 @@ def test_seed_is_part_of_the_resume_signature(tmp_path, capsys):
     assert len(err) == 1 and "--seed 2" in err[0], err
 
 
-def test_resume_cuts_both_logs_back_to_the_checkpoint(tmp_path):
-    def write(name, rows):
-        with open(tmp_path / name, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-    write("metrics.jsonl", [{"iteration": 1, "a": 1}, {"iteration": 2, "a": 2}])
-    write("kl_profile.jsonl", [{"iteration": 2, "seq_kl": [0.1]}])
-    sizes = m.log_sizes(str(tmp_path))  # what the checkpoint of iteration 2 records
-    # after the checkpoint: a row of iteration 2 itself (a buffer refresh) and later iterations
-    write("metrics.jsonl", [{"iteration": 2, "sfl/learnability_mean": 0.1}, {"iteration": 3, "a": 3}])
-    write("kl_profile.jsonl", [{"iteration": 4, "seq_kl": [0.2]}])
-    m.cut_logs(str(tmp_path), {"iteration": 2, "log_sizes": sizes})
-    assert [json.loads(x) for x in open(tmp_path / "metrics.jsonl")] == [{"iteration": 1, "a": 1}, {"iteration": 2, "a": 2}]
-    assert [json.loads(x) for x in open(tmp_path / "kl_profile.jsonl")] == [{"iteration": 2, "seq_kl": [0.1]}]
-    write("kl_profile.jsonl", [{"iteration": 4, "seq_kl": [0.2]}])
-    m.cut_logs(str(tmp_path), {"iteration": 2})  # a checkpoint without sizes: rows up to its iteration
-    assert [json.loads(x)["iteration"] for x in open(tmp_path / "kl_profile.jsonl")] == [2]
-
-
 def test_rows_wall_time_is_the_runs_active_time(tmp_path):
     """A resumed run continues the wall-clock axis from the checkpoint's active seconds, without the downtime."""
     clock = m.ChunkClock(BATCH, 1000.0, 0.0)  # 1000 active seconds before this session, which began 5 s ago
     clock.start = time.time() - 5.0
-    logger = m.active_time_logger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, 0, clock)
+    logger = m.active_time_logger(str(tmp_path / "run"), {}, m.Args(progress="none"), 100, None, clock)
     logger.log(0, 0, {"x": 1.0})
     logger.close({})
     (row,) = rows(logger.run_dir)
