@@ -349,13 +349,21 @@ def git_commit() -> Optional[str]:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
-    (docs/run_directory.md#checkpoints-and-resume)."""
+    (docs/run_directory.md#checkpoints-and-resume). A write that fails (a full disk, a quota) removes its temp file:
+    the old file stays, and no half-written copy keeps the space."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def check_writable_dir(path: str, flag: str) -> None:

@@ -2526,13 +2526,21 @@ def git_commit() -> Optional[str]:
 
 def atomic_write(path: str, data: bytes) -> None:
     """Temp file + fsync + rename: a kill -9 at any moment leaves either the old or the new file
-    (docs/run_directory.md#checkpoints-and-resume)."""
+    (docs/run_directory.md#checkpoints-and-resume). A write that fails (a full disk, a quota) removes its temp file:
+    the old file stays, and no half-written copy keeps the space."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def check_writable_dir(path: str, flag: str) -> None:
@@ -2765,7 +2773,11 @@ def storage_on_cpu(data: bytes):
 
 
 def save_checkpoint(path: str, state: dict) -> None:
-    atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        atomic_write(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError as e:  # a full disk or a quota: one line and exit 1; the checkpoint there before is untouched
+        raise SystemExit(f"error: cannot write the checkpoint {path}: {e.strerror or e}. The one written there before "
+                         f"(if any) is intact: make room, then continue from it with --resume {path}") from None
 
 
 def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resume", implied=None, resolved=None,

@@ -13,6 +13,7 @@ import os
 import pathlib
 import pickle
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -274,6 +275,34 @@ def test_sigterm_while_a_write_to_a_buffered_stderr_is_blocked_still_checkpoints
     assert "received SIGTERM" in text and "reentrant" not in text
     run_dir = the_run_dir(tmp_path)
     assert json.load(open(run_dir / "summary.json"))["status"] == "interrupted" and load_ckpt(run_dir)[script.weights]
+
+
+def test_a_checkpoint_that_cannot_be_written_says_so_in_one_line_and_keeps_the_last_one(tmp_path):
+    """A full disk or a quota when a checkpoint is written (here the file-size limit, RLIMIT_FSIZE, which makes the
+    write fail as ENOSPC would; Python ignores SIGXFSZ): one line naming the checkpoint and how to continue, exit 1,
+    the checkpoint written before untouched, and no half-written temp file left to hold the space. Before, a traceback,
+    and the temp file stayed. save_checkpoint and atomic_write are the shared blocks', so one script stands for all."""
+    script = TORCH_SCRIPTS[0]
+    flags = [sys.executable, module(script.name).__file__, "--runs-dir", str(tmp_path / "runs")] + script.tiny + [
+        "--diagnostics-every", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(flags + ["--total-timesteps", str(script.batch)], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckpt = the_run_dir(tmp_path) / "checkpoints" / "latest.ckpt"
+    before = ckpt.read_bytes()
+    assert len(before) > 2 ** 21  # larger than the limit below, which the logs stay under
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 ** 21, 2 ** 21))
+    resumed = subprocess.run(flags + ["--total-timesteps", str(3 * script.batch), "--checkpoint-every", "1", "--resume",
+                                      str(ckpt)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+                             preexec_fn=small_files)
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    last = resumed.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: cannot write the checkpoint {ckpt}: File too large.") and f"--resume {ckpt}" in last
+    assert "Traceback" not in resumed.stderr
+    assert ckpt.read_bytes() == before and sorted(p.name for p in ckpt.parent.iterdir()) == ["latest.ckpt"]
 
 
 # ------------------------------------------------------------------------------------------------ resume: the logs
