@@ -13,7 +13,6 @@ import os
 import pathlib
 import pickle
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -278,7 +277,7 @@ def test_sigterm_while_a_write_to_a_buffered_stderr_is_blocked_still_checkpoints
 
 
 def test_a_checkpoint_that_cannot_be_written_says_so_in_one_line_and_keeps_the_last_one(tmp_path):
-    """A full disk or a quota when a checkpoint is written (here the file-size limit, RLIMIT_FSIZE, which makes the
+    """A full disk or a quota when a checkpoint is written (here the file-size limit, `ulimit -f`, which makes the
     write fail as ENOSPC would; Python ignores SIGXFSZ): one line naming the checkpoint and how to continue, exit 1,
     the checkpoint written before untouched, and no half-written temp file left to hold the space. Before, a traceback,
     and the temp file stayed. save_checkpoint and atomic_write are the shared blocks', so one script stands for all."""
@@ -292,12 +291,10 @@ def test_a_checkpoint_that_cannot_be_written_says_so_in_one_line_and_keeps_the_l
     ckpt = the_run_dir(tmp_path) / "checkpoints" / "latest.ckpt"
     before = ckpt.read_bytes()
     assert len(before) > 2 ** 21  # larger than the limit below, which the logs stay under
-
-    def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2 ** 21, 2 ** 21))
-    resumed = subprocess.run(flags + ["--total-timesteps", str(3 * script.batch), "--checkpoint-every", "1", "--resume",
-                                      str(ckpt)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-                             preexec_fn=small_files)
+    resume = flags + ["--total-timesteps", str(3 * script.batch), "--checkpoint-every", "1", "--resume", str(ckpt)]
+    # bash's ulimit, not preexec_fn: a fork of this multithreaded process (JAX is loaded) could deadlock
+    resumed = subprocess.run(["bash", "-c", 'ulimit -f 2048 && exec "$@"', "bash"] + resume, capture_output=True,
+                             text=True, env=env, cwd=tmp_path, timeout=300)
     assert resumed.returncode == 1, resumed.stderr[-3000:]
     last = resumed.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot write the checkpoint {ckpt}: File too large.") and f"--resume {ckpt}" in last
