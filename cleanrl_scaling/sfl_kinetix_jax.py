@@ -2801,7 +2801,20 @@ def load_checkpoint(path: str, script: str, signature: dict, flag: str = "--resu
               f"it); resume it with that version")
         check(saved == value, f"{flag}: the checkpoint has {key}={saved!r} but this run has {value!r}; pass "
               f"{as_flag(key, saved)}" + (f" to resume it, or {new_run}" if flag == "--resume" else ""))
+    if "run_dir" in state:
+        state["run_dir"] = run_dir_holding(path, state["run_dir"])
     return state
+
+
+def run_dir_holding(path: str, recorded: str) -> str:
+    """The run directory a checkpoint continues: the one that holds it (X/checkpoints/latest.ckpt -> X), so that a run
+    directory moved elsewhere, or resumed from another working directory, continues in place instead of splitting
+    into a new one at the recorded (often relative) path; that recorded path for a checkpoint kept outside a run."""
+    folder = os.path.dirname(os.path.abspath(path))
+    holder = os.path.dirname(folder)
+    if os.path.basename(folder) != "checkpoints" or not os.path.isfile(os.path.join(holder, "config.json")):
+        return recorded
+    return recorded if os.path.abspath(recorded) == holder else holder
 
 
 def recorded_value(state: dict, key: str, value, implied: dict, resolved: dict):

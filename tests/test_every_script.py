@@ -371,6 +371,42 @@ def test_a_run_killed_in_the_middle_of_a_log_write_resumes_with_each_row_once(sc
     assert profiled or script.name == "pqn_atari"  # PQN has no policy ratio to profile
 
 
+@pytest.mark.parametrize("script", TORCH_SCRIPTS, ids=lambda s: s.name)
+def test_a_moved_run_directory_resumes_in_place(script, tmp_path):
+    """A run directory moved (to other storage, another machine) and resumed from there continues in it: each
+    iteration's rows once, the checkpoint updated there, nothing written at the recorded path. Before, the resume
+    wrote into a new directory at the recorded path (relative to the working directory: resuming from another
+    directory split the run the same way)."""
+    m = module(script.name)
+    flags = script.tiny + ["--diagnostics-every", "0"]
+    code, _, err = main_inprocess(m, flags + ["--total-timesteps", str(2 * script.batch)], tmp_path / "first")
+    assert code == 0, err[-3000:]
+    moved = tmp_path / "moved" / the_run_dir(tmp_path / "first").name
+    moved.parent.mkdir()
+    the_run_dir(tmp_path / "first").rename(moved)
+    code, _, err = main_inprocess(m, flags + ["--total-timesteps", str(4 * script.batch), "--resume",
+                                              str(moved / "checkpoints" / "latest.ckpt")], tmp_path / "second")
+    assert code == 0, err[-3000:]
+    assert not (tmp_path / "first" / "runs").exists() or not any((tmp_path / "first" / "runs").iterdir())
+    assert not (tmp_path / "second" / "runs").exists()
+    trained = [r["iteration"] for r in read_metrics(moved) if "losses/value_loss" in r or "losses/td_loss" in r]
+    assert trained == [1, 2, 3, 4] and load_ckpt(moved)["iteration"] == 4
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_checkpoint_continues_the_run_directory_that_holds_it(name, tmp_path):
+    m = module(name)
+    run = tmp_path / "elsewhere" / "X"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert m.run_dir_holding(str(run / "checkpoints" / "latest.ckpt"), "runs/X") == str(run)
+    assert m.run_dir_holding(str(run / "checkpoints" / "iteration_8.ckpt"), "runs/X") == str(run)
+    assert m.run_dir_holding(str(run / "checkpoints" / "latest.ckpt"), str(run)) == str(run)  # recorded as it is
+    assert m.run_dir_holding(str(tmp_path / "backup.ckpt"), "runs/X") == "runs/X"  # kept outside a run directory
+    (run / "config.json").unlink()
+    assert m.run_dir_holding(str(run / "checkpoints" / "latest.ckpt"), "runs/X") == "runs/X"  # not a run directory
+
+
 def two_rank_flags(tiny: list) -> list:
     """The tiny run with at least one env per rank (torchrun splits --num-envs over the ranks)."""
     flags = list(tiny)
