@@ -309,7 +309,7 @@ def iterations_in(path) -> list:
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_a_resume_cuts_both_logs_back_to_what_its_checkpoint_saw(name, tmp_path):
-    """SPEC 6: no row appears twice after a resume, in metrics.jsonl and kl_profile.jsonl alike. The checkpoint
+    """No row appears twice after a resume (docs/run_directory.md), in metrics.jsonl and kl_profile.jsonl alike. The checkpoint
     records the logs' sizes; a resume cuts each log to them, dropping what followed (a row of the checkpoint's own
     iteration logged after it, such as a final evaluation; later iterations; a line torn by kill -9). A checkpoint
     without sizes (older ones) keeps the rows up to its iteration and drops a torn line, which made json raise."""
